@@ -1,0 +1,37 @@
+"""Exceptions that carry a message meant for the user.
+
+The CLI prints ``str(error)`` as one line on stderr and exits non-zero; the server
+maps them to OpenAI-style error bodies. Anything else escaping is a bug.
+"""
+
+
+class GenieXError(Exception):
+    """A failure the user can act on; the message says what to do next."""
+
+    exit_code = 1
+
+
+class UsageError(GenieXError):
+    """Bad flag or argument value (exit code 2, like argparse)."""
+
+    exit_code = 2
+
+
+class LibraryError(GenieXError):
+    """The llama.cpp shared library is missing, incompatible, or lacks a capability."""
+
+
+class ModelLoadError(GenieXError):
+    """A model file could not be opened or is not a usable GGUF."""
+
+
+class ModelNotFound(GenieXError):
+    """A model name resolves to nothing in the store (and nothing on disk)."""
+
+
+class ContextLengthExceeded(GenieXError):
+    """The prompt does not fit in the context window."""
+
+
+class SpecSetupError(GenieXError):
+    """Speculative decoding could not be set up; callers fall back to plain decoding."""

@@ -1,0 +1,36 @@
+"""Logging setup shared by every command (``--log`` / ``GENIEX_LOG``)."""
+import logging
+import os
+import sys
+
+LEVELS = {
+    "none": logging.CRITICAL + 10,
+    "error": logging.ERROR,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": 5,
+}
+logging.addLevelName(5, "TRACE")
+
+
+def setup(level_name=None, verbose=False):
+    """Configure the ``geniex`` logger tree on stderr.
+
+    Our own warnings are shown by default; llama.cpp's log (logger ``geniex.llama.cpp``)
+    stays silent unless a level is asked for explicitly, because it is very chatty.
+    """
+    name = (level_name or os.environ.get("GENIEX_LOG") or "").lower()
+    if name and name not in LEVELS:
+        from geniex.errors import UsageError
+        raise UsageError(f"unknown log level {name!r}; choose one of: {', '.join(sorted(set(LEVELS) - {'warning'}))}")
+    root = logging.getLogger("geniex")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.propagate = False
+    root.setLevel(LEVELS[name] if name else (logging.INFO if verbose else logging.WARNING))
+    native = logging.getLogger("geniex.llama.cpp")
+    native.setLevel(LEVELS[name] if name else LEVELS["none"])
