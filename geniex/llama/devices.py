@@ -1,0 +1,108 @@
+"""``--compute`` -> the list of ggml devices a model is loaded onto.
+
+Devices are chosen by name and type through the ggml device API, so the same code
+selects Hexagon NPUs (``HTP0``..``HTPn``, registered as GPU-type devices) on a
+Snapdragon build and reports their absence clearly on a CPU-only build.
+"""
+import ctypes
+from dataclasses import dataclass
+
+from geniex.errors import UsageError
+from geniex.llama import api
+
+KEYWORDS = ("cpu", "gpu", "npu", "hybrid")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One ggml backend device."""
+
+    name: str
+    description: str
+    type: int
+    handle: int
+
+    @property
+    def is_npu(self):
+        return self.name.upper().startswith("HTP")
+
+    @property
+    def is_cpu(self):
+        return self.type == api.GGML_BACKEND_DEVICE_TYPE_CPU
+
+    @property
+    def is_gpu(self):
+        return (self.type in (api.GGML_BACKEND_DEVICE_TYPE_GPU, api.GGML_BACKEND_DEVICE_TYPE_IGPU)
+                and not self.is_npu)
+
+
+def available(lib):
+    """Every device the loaded library offers, in registry order."""
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        out.append(Device(
+            name=(lib.ggml_backend_dev_name(dev) or b"").decode(),
+            description=(lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+            type=lib.ggml_backend_dev_type(dev),
+            handle=dev,
+        ))
+    return out
+
+
+def _describe(devices):
+    return ", ".join(f"{d.name} ({d.description})" for d in devices) or "none"
+
+
+def select(compute, devices):
+    """Resolve a ``--compute`` value against ``devices``.
+
+    Returns ``(chosen, why)``: the devices to pass (an empty list means CPU only) and a
+    sentence for ``--verbose``. ``compute=None`` means: NPU when present, else a GPU,
+    else the CPU. Raises UsageError when an explicit request cannot be met.
+    """
+    npus = [d for d in devices if d.is_npu]
+    gpus = [d for d in devices if d.is_gpu]
+    cpus = [d for d in devices if d.is_cpu]
+    if compute is None or compute == "":
+        if npus:
+            return npus, "compute: npu (" + ", ".join(d.name for d in npus) + ") chosen by default"
+        if gpus:
+            return gpus[:1], f"compute: gpu ({gpus[0].name}) chosen by default (no NPU in this library)"
+        return [], "compute: cpu chosen by default (the library has no NPU or GPU device)"
+    key = compute.strip().lower()
+
+    def need(found, what):
+        if not found:
+            raise UsageError(f"--compute {compute}: the loaded llama.cpp library has no {what} device; "
+                             f"it has: {_describe(devices)}")
+        return found
+
+    if key == "cpu":
+        return [], "compute: cpu"
+    if key == "npu":
+        return need(npus, "NPU (HTP*)"), "compute: npu (" + ", ".join(d.name for d in npus) + ")"
+    if key == "gpu":
+        return need(gpus, "GPU")[:1], f"compute: gpu ({gpus[0].name})"
+    if key == "hybrid":
+        need(npus, "NPU (HTP*)")
+        return npus + cpus, "compute: hybrid (" + ", ".join(d.name for d in npus + cpus) + ")"
+    names = [n.strip() for n in compute.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"--compute {compute!r}: expected cpu, gpu, npu, hybrid or a device list like HTP0,HTP1")
+    by_name = {d.name.lower(): d for d in devices}
+    unknown = [n for n in names if n.lower() not in by_name]
+    if unknown:
+        raise UsageError(f"--compute {compute}: unknown device {', '.join(unknown)} "
+                         f"(expected cpu, gpu, npu, hybrid or device names); "
+                         f"this library has: {_describe(devices)}")
+    chosen = [by_name[n.lower()] for n in names]
+    return chosen, "compute: " + ", ".join(d.name for d in chosen)
+
+
+def null_terminated(chosen):
+    """A ``ggml_backend_dev_t[]`` for ``llama_model_params.devices`` (keep it alive)."""
+    # The CPU is always the host backend; listing it as an offload target is not wanted.
+    handles = [d.handle for d in chosen if not d.is_cpu]
+    arr = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
+    return arr

@@ -1,0 +1,247 @@
+"""Owners of llama.cpp objects: Model, Vocab, Context, Batch.
+
+Each wraps one C pointer, frees it exactly once (``close()`` or garbage collection),
+and turns the library's NULL / error-code returns into exceptions with a reason.
+"""
+import ctypes
+import logging
+
+import numpy as np
+
+from geniex.errors import ContextLengthExceeded, GenieXError, ModelLoadError
+from geniex.llama import api, library
+from geniex.llama.gguf_file import read_header
+
+log = logging.getLogger("geniex.llama")
+
+
+def _defaults(fn, struct):
+    return struct.from_buffer_copy(bytes(fn().raw)[:ctypes.sizeof(struct)])
+
+
+class Vocab:
+    """Tokenizer view of a model (owned by the model, never freed on its own)."""
+
+    def __init__(self, lib, ptr):
+        self._lib, self.ptr = lib, ptr
+        self.n_tokens = lib.llama_vocab_n_tokens(ptr)
+        self.bos = lib.llama_vocab_bos(ptr)
+        self.eos = lib.llama_vocab_eos(ptr)
+        self.add_bos = bool(lib.llama_vocab_get_add_bos(ptr))
+        # End-of-generation ids, looked up once so the decode loop tests set membership.
+        self.eog = frozenset(t for t in range(self.n_tokens) if lib.llama_vocab_is_eog(ptr, t))
+        self._pieces = {}
+        self._buf = ctypes.create_string_buffer(256)
+
+    def tokenize(self, text, add_special=False, parse_special=True):
+        """Text -> token ids. ``add_special`` adds BOS where the model wants it."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        while True:
+            out = (api.llama_token * cap)()
+            n = self._lib.llama_tokenize(self.ptr, data, len(data), out, cap, add_special, parse_special)
+            if n >= 0:
+                return list(out[:n])
+            cap = -n
+
+    def piece(self, token):
+        """The bytes a token stands for (special tokens rendered), cached per id."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            n = self._lib.llama_token_to_piece(self.ptr, token, self._buf, len(self._buf), 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self._lib.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, True)
+                cached = buf.raw[:n]
+            else:
+                cached = self._buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def text(self, token):
+        """The token's entry in the vocabulary (as stored, e.g. with U+2581 for spaces)."""
+        raw = self._lib.llama_vocab_get_text(self.ptr, token)
+        return (raw or b"").decode("utf-8", "replace")
+
+    def is_control(self, token):
+        return bool(self._lib.llama_vocab_is_control(self.ptr, token))
+
+    def detokenize(self, tokens):
+        """Token ids -> text (special tokens rendered)."""
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+
+class Model:
+    """A loaded GGUF model. Check the file with :func:`read_header` first (done here)."""
+
+    def __init__(self, path, *, devices=None, n_gpu_layers=-1, load_mtp=False, header=None):
+        self._lib = lib = library.load()
+        self.path = path
+        self.header = header or read_header(path)
+        params = _defaults(lib.llama_model_default_params, api.llama_model_params)
+        params.n_gpu_layers = n_gpu_layers
+        params.load_mtp = load_mtp
+        self._devices = None
+        if devices is not None:
+            from geniex.llama.devices import null_terminated
+            self._devices = null_terminated(devices)   # must outlive the load call
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        library.recent_problems.clear()
+        self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self.ptr:
+            raise ModelLoadError(f"llama.cpp could not load {path}: {library.last_problem()}")
+        self.vocab = Vocab(lib, lib.llama_model_get_vocab(self.ptr))
+        self.n_embd = lib.llama_model_n_embd(self.ptr)
+        self.n_embd_inp = lib.llama_model_n_embd_inp(self.ptr)
+        self.n_embd_out = lib.llama_model_n_embd_out(self.ptr)
+        self.n_layer = lib.llama_model_n_layer(self.ptr)
+        self.n_ctx_train = lib.llama_model_n_ctx_train(self.ptr)
+        self.architecture = self.header.architecture
+
+    def describe(self):
+        """llama.cpp's short description, e.g. ``llama 135M Q4_1``."""
+        buf = ctypes.create_string_buffer(256)
+        self._lib.llama_model_desc(self.ptr, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def size_bytes(self):
+        return int(self._lib.llama_model_size(self.ptr))
+
+    def chat_template(self):
+        """The model's own chat template string, or None."""
+        raw = self._lib.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def n_layer_nextn(self):
+        return self._lib.llama_model_n_layer_nextn(self.ptr)
+
+    def close(self):
+        """Free the model (idempotent). Contexts made from it must be closed first."""
+        if getattr(self, "ptr", None):
+            self._lib.llama_model_free(self.ptr)
+            self.ptr = None
+
+    __del__ = close
+
+
+class Batch:
+    """A reusable llama_batch over numpy arrays we own (no per-step allocation).
+
+    ``n_embd > 0`` also allocates an embedding array: MTP draft rows carry a token and
+    a hidden state at once, which ``llama_batch_init`` cannot provide.
+    """
+
+    def __init__(self, capacity, n_embd=0):
+        self.capacity = capacity
+        self.tokens = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self._seq0 = (ctypes.c_int32 * 1)(0)
+        self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(*([self._seq0] * capacity))
+        self.embd = np.zeros((capacity, n_embd), dtype=np.float32) if n_embd else None
+        self.struct = api.llama_batch(
+            0,
+            self.tokens.ctypes.data_as(ctypes.POINTER(api.llama_token)),
+            self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if n_embd else None,
+            self.pos.ctypes.data_as(ctypes.POINTER(api.llama_pos)),
+            self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+            self._seq_ptrs,
+            self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
+
+    def fill(self, tokens, start_pos, all_logits=False):
+        """Rows ``tokens`` at consecutive positions from ``start_pos``; logits on every
+        row if ``all_logits``, else on the last row only."""
+        n = len(tokens)
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} rows exceeds capacity {self.capacity}")
+        self.tokens[:n] = tokens
+        self.pos[:n] = np.arange(start_pos, start_pos + n, dtype=np.int32)
+        self.logits[:n] = 1 if all_logits else 0
+        self.logits[n - 1] = 1
+        self.struct.n_tokens = n
+        return self
+
+
+class Context:
+    """An inference context (KV cache, logits) on a model, sequence 0 only."""
+
+    def __init__(self, model, *, n_ctx, n_batch=512, n_ubatch=32, n_threads=1, n_threads_batch=1,
+                 ctx_type=api.LLAMA_CONTEXT_TYPE_DEFAULT, other=None, n_seq_max=1):
+        self._lib = lib = model._lib
+        self.model = model
+        params = _defaults(lib.llama_context_default_params, api.llama_context_params)
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = min(n_ubatch, n_batch)
+        params.n_seq_max = n_seq_max
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads_batch
+        params.ctx_type = ctx_type
+        # Never turn flash attention off: with it off, multi-row batches sum attention in
+        # another order than one-row decodes (see README, "Identical output").
+        params.flash_attn_type = api.LLAMA_FLASH_ATTN_TYPE_AUTO
+        params.ctx_other = other.ptr if other is not None else None
+        self.params = params
+        library.recent_problems.clear()
+        self.ptr = lib.llama_init_from_model(model.ptr, params)
+        if not self.ptr:
+            raise ModelLoadError(f"llama.cpp could not create a context for {model.path}: "
+                                 f"{library.last_problem()}")
+        self.other = other
+        self.n_ctx = lib.llama_n_ctx(self.ptr)
+        self.n_batch = lib.llama_n_batch(self.ptr)
+        self.mem = lib.llama_get_memory(self.ptr)
+        self.n_vocab = model.vocab.n_tokens
+        self._views = {}
+        self.decoded_any = False
+
+    def decode(self, batch):
+        """Run one batch; raises ContextLengthExceeded when the KV cache has no room."""
+        rc = self._lib.llama_decode(self.ptr, batch.struct)
+        if rc != 0:
+            if rc == 1:
+                raise ContextLengthExceeded(f"the context ({self.n_ctx} tokens) is full")
+            raise GenieXError(f"llama_decode failed (code {rc}): {library.last_problem()}")
+        self.decoded_any = True
+
+    def logits(self, i):
+        """Row ``i`` of the last batch's output logits as a read-only numpy view.
+
+        Views are cached by address: the library reuses its output buffer, so the hot
+        loop does not build a new array object per token.
+        """
+        ptr = self._lib.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise GenieXError(f"no logits for batch row {i}: {library.last_problem()}")
+        addr = ctypes.addressof(ptr.contents)
+        view = self._views.get(addr)
+        if view is None:
+            view = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+            view.flags.writeable = False
+            if len(self._views) > 256:
+                self._views.clear()
+            self._views[addr] = view
+        return view
+
+    def trim(self, p0):
+        """Forget KV positions >= p0 (rejected drafts, an edited conversation)."""
+        if not self._lib.llama_memory_seq_rm(self.mem, 0, p0, -1):
+            raise GenieXError(f"could not remove KV positions from {p0}")
+
+    def clear(self):
+        """Empty the KV cache."""
+        self._lib.llama_memory_clear(self.mem, True)
+
+    def pos_max(self):
+        return self._lib.llama_memory_seq_pos_max(self.mem, 0)
+
+    def close(self):
+        """Free the context (idempotent)."""
+        if getattr(self, "ptr", None):
+            self._lib.llama_free(self.ptr)
+            self.ptr = None
+
+    __del__ = close
