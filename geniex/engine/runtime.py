@@ -1,0 +1,164 @@
+"""A loaded model ready to answer: the one object the CLI and the server both hold.
+
+:class:`Session` loads the target, creates its context, builds the speculative
+drafters right after the context and before anything is decoded (the MTP assistant
+must be wired to a fresh target context), and answers prompts through the one loop in
+:mod:`geniex.engine.loop`. It remembers which tokens are in the KV cache so that a
+follow-up prompt decodes only what is new.
+"""
+import logging
+from dataclasses import dataclass, field
+
+from geniex.config import physical_cores
+from geniex.engine import loop
+from geniex.engine.stats import Stats
+from geniex.errors import GenieXError, ModelLoadError
+from geniex.llama import devices as devmod
+from geniex.llama import library
+from geniex.llama.gguf_file import read_header
+from geniex.llama.objects import Batch, Context, Model
+
+log = logging.getLogger("geniex.engine")
+
+
+@dataclass
+class SpecOptions:
+    """Speculative decoding settings (``--spec-type`` and friends / ``spec_*`` fields)."""
+
+    types: tuple = ()                # e.g. ("ngram-mod",) or ("draft-mtp",)
+    draft_model: str = ""            # as the user wrote it (for messages)
+    draft_path: object = None        # resolved GGUF path of the draft model, if any
+    n_max: int = 3                   # --draft-tokens
+    n_min: int = 0                   # --draft-min
+    p_min: float = 0.0               # --draft-p-min
+    ngram_n: int = 0                 # ngram match length (0 = method default)
+    ngram_min: int = 0               # ngram minimum draft (0 = method default)
+    ngram_max: int = 0               # ngram maximum draft (0 = --draft-tokens)
+
+    @property
+    def enabled(self):
+        return bool(self.types)
+
+    def key(self):
+        """What identifies this configuration in the server's model cache."""
+        return (tuple(self.types), str(self.draft_path or self.draft_model), self.n_max, self.n_min,
+                self.p_min, self.ngram_n, self.ngram_min, self.ngram_max)
+
+
+@dataclass
+class LoadOptions:
+    """How to load a model: ``--nctx``, ``--ngl``, ``--compute``, threads, speculation."""
+
+    nctx: int = 4096
+    ngl: int = -1
+    compute: str | None = None
+    threads: int = 0                 # one-row decodes (0 = auto, see README "Identical output")
+    threads_batch: int = 0           # multi-row batches (0 = physical cores)
+    n_ubatch: int = 32
+    spec: SpecOptions = field(default_factory=SpecOptions)
+
+
+class Session:
+    """A target model and context, its drafters, and the KV cache's token history."""
+
+    def __init__(self, path, options=None, *, name=None):
+        self.options = options = options or LoadOptions()
+        if options.nctx is None or options.nctx < 1:
+            raise GenieXError(f"--nctx must be a positive number of tokens (got {options.nctx})")
+        lib = library.load()
+        header = read_header(path)
+        chosen, why = devmod.select(options.compute, devmod.available(lib))
+        self.device_note = why
+        log.info(why)
+        self.name = name or str(path)
+        self.model = Model(path, devices=chosen, n_gpu_layers=options.ngl, header=header)
+        cores = physical_cores()
+        self.threads = options.threads or _default_threads(cores)
+        self.threads_batch = options.threads_batch or cores
+        self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=512, n_ubatch=options.n_ubatch,
+                           n_threads=self.threads, n_threads_batch=self.threads_batch)
+        self.vocab = self.model.vocab
+        self.kv_tokens = []
+        self.drafter = None
+        self.spec_notes = []
+        if options.spec.enabled:
+            from geniex.speculative import setup
+            self.drafter, self.spec_notes = setup.build(self, options.spec)
+        self.batch = Batch(max(512, options.spec.n_max + 1))
+
+    # -- KV bookkeeping ----------------------------------------------------------
+    def sync_kv(self, tokens, keep_at_most):
+        """Keep the longest cached prefix of ``tokens`` (at most ``keep_at_most``),
+        drop the rest of the KV cache, and return how many positions were kept."""
+        keep = min(loop.common_prefix(self.kv_tokens, tokens), keep_at_most)
+        self.ctx.trim(keep)
+        self.kv_tokens = self.kv_tokens[:keep]
+        return keep
+
+    def reset(self):
+        """Forget the conversation: the next prompt is decoded from scratch."""
+        self.ctx.clear()
+        self.kv_tokens = []
+
+    # -- answering ---------------------------------------------------------------
+    def tokenize_prompt(self, text):
+        """A complete prompt (already templated) -> tokens, with BOS where the model
+        wants one and the template did not already put it."""
+        tokens = self.vocab.tokenize(text, add_special=self.vocab.add_bos, parse_special=True)
+        if len(tokens) >= 2 and tokens[0] == tokens[1] == self.vocab.bos:
+            tokens = tokens[1:]
+        return tokens
+
+    def generate(self, prompt_tokens, opts, cancel=None, speculative=True):
+        """Start answering; returns a :class:`Generation` to iterate."""
+        opts.n_max = self.options.spec.n_max
+        opts.n_min = self.options.spec.n_min
+        return Generation(self, prompt_tokens, opts, self.drafter if speculative else None, cancel)
+
+    @property
+    def speculative(self):
+        return self.drafter is not None
+
+    def close(self):
+        """Free drafters, context and model (in that order: the MTP draft reads the target)."""
+        if self.drafter is not None:
+            self.drafter.close()
+            self.drafter = None
+        if getattr(self, "ctx", None) is not None:
+            self.ctx.close()
+        if getattr(self, "model", None) is not None:
+            self.model.close()
+
+
+def _default_threads(cores):
+    # One-row decodes on one thread keep every verify-batch row bitwise equal to a
+    # one-row decode (README, "Identical output"); measured cost on 2 cores: see README.
+    return 1
+
+
+class Generation:
+    """One answer in progress: iterate for :class:`~geniex.engine.loop.Step` records."""
+
+    def __init__(self, session, prompt_tokens, opts, drafter, cancel):
+        self.session = session
+        self.stats = Stats(spec_types=tuple(session.options.spec.types) if drafter else ())
+        self.tokens = []
+        self._parts = []
+        self._steps = loop.steps(session, prompt_tokens, opts, drafter, cancel, self.stats)
+
+    def __iter__(self):
+        for step in self._steps:
+            self.tokens.extend(step.committed)
+            if step.text:
+                self._parts.append(step.text)
+            yield step
+
+    def run(self):
+        """Consume the whole answer; returns its text."""
+        for _ in self:
+            pass
+        return self.text
+
+    @property
+    def text(self):
+        return "".join(self._parts)

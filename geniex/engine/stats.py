@@ -1,0 +1,59 @@
+"""Per-answer statistics: read by the profile line, the server's usage, and the trace."""
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    """Counters and timings of one answer. Times are seconds."""
+
+    prompt_tokens: int = 0        # tokens of the full prompt
+    prompt_reused: int = 0        # of which already in the KV cache (conversation reuse)
+    prompt_time: float = 0.0
+    ttft: float = 0.0             # request start -> first committed token
+    decode_tokens: int = 0        # committed answer tokens (not counting an end token)
+    decode_time: float = 0.0      # first verify step -> end
+    total_time: float = 0.0
+    stop_reason: str = ""         # eos | length | user | stop_sequence | context_length
+    steps: int = 0                # target verify decodes
+    drafted: int = 0              # draft tokens checked against the target
+    accepted: int = 0             # of which the target agreed with
+    accept_hist: list = field(default_factory=list)   # accept_hist[n] = steps that accepted n
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    spec_types: tuple = ()        # drafting methods in use ('' when plain)
+
+    @property
+    def prompt_speed(self):
+        n = self.prompt_tokens - self.prompt_reused
+        return n / self.prompt_time if self.prompt_time > 0 else 0.0
+
+    @property
+    def decode_speed(self):
+        return self.decode_tokens / self.decode_time if self.decode_time > 0 else 0.0
+
+    @property
+    def accept_rate(self):
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def record_step(self, drafted, accepted):
+        """Count one verify step that checked ``drafted`` tokens and kept ``accepted``."""
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        if drafted:
+            while len(self.accept_hist) <= accepted:
+                self.accept_hist.append(0)
+            self.accept_hist[accepted] += 1
+
+    def to_dict(self):
+        """Plain JSON-able view (the server's timings and the trace's summary use it)."""
+        return {
+            "prompt_tokens": self.prompt_tokens, "prompt_reused": self.prompt_reused,
+            "prompt_time": self.prompt_time, "ttft": self.ttft,
+            "decode_tokens": self.decode_tokens, "decode_time": self.decode_time,
+            "total_time": self.total_time, "stop_reason": self.stop_reason,
+            "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
+            "accept_hist": list(self.accept_hist), "draft_time": self.draft_time,
+            "verify_time": self.verify_time, "prompt_speed": self.prompt_speed,
+            "decode_speed": self.decode_speed, "spec_types": list(self.spec_types),
+        }
