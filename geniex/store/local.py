@@ -1,0 +1,139 @@
+"""``pull --local-path``: register GGUF files already on disk.
+
+Files are hard-linked into the store when the store is on the same filesystem (no
+extra space, and the store copy survives the original being deleted), else copied.
+Either way they are hashed, so the manifest records the same facts as for a download.
+"""
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+from tqdm import tqdm
+
+from geniex.errors import ModelNotFound
+from geniex.store import classify
+from geniex.store.checksums import sha256_of
+from geniex.store.display import human_size, is_terminal
+from geniex.store.errors import DownloadError, StoreError
+from geniex.store.hub import RemoteFile
+from geniex.store.locking import file_lock
+from geniex.store.manifest import PULL_LOCK, Manifest, editing, inside
+from geniex.store.names import precision_of
+from geniex.store.picker import choose_precision
+
+# Link failures that mean "this filesystem cannot hard-link here": copy instead.
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
+
+
+def register_local(folder, name, source, model_type=None, out=None, interactive=None):
+    """Store the GGUFs at ``source`` (a file or folder) as ``name``; returns the precision."""
+    source = Path(os.path.abspath(Path(source).expanduser()))
+    root, paths = _gguf_files(source)
+    layout = classify.plan(paths, detect=lambda p: precision_of(p) or header_precision(root / p))
+    if not layout.groups:
+        raise StoreError(f"{source} holds only mmproj projector files, no model to register")
+    if source.is_file() and name.precision:
+        # One file: the user's precision names it, whatever its file name says.
+        (group,) = layout.groups.values()
+        group.precision = name.precision
+        layout.groups = {name.precision: group}
+    precisions = layout.precisions
+    sizes = {p: sum((root / f).stat().st_size for f in layout.groups[p].all_files) for p in precisions}
+    precision = name.precision or choose_precision(name.repo_id, precisions, sizes, interactive, out)
+    if precision not in layout.groups:
+        raise ModelNotFound(f"{source} has no precision {precision}; it has: {', '.join(precisions)}")
+    group = layout.groups[precision]
+    config = _read_json(root / "config.json") if source.is_dir() else None
+    mtype = classify.model_type(model_type, config, layout.has_mmproj)
+
+    records, ways = {}, set()
+    with file_lock(folder / PULL_LOCK, shared=True):
+        for path in group.all_files:
+            dest = inside(folder, path)
+            ways.add(_place(root / path, dest, out))
+            records[path] = RemoteFile(path, dest.stat().st_size, sha256=_hash(dest, out))
+        how = "copied" if "copied" in ways else "linked (hard link, no extra disk space)"
+        with editing(folder, Manifest.new(folder, name.repo_id, classify.LLAMA_CPP, mtype)) as manifest:
+            manifest.data["type"] = mtype
+            manifest.set_group(group, records, {"kind": "local", "path": str(source), "how": how.split()[0]})
+    print(f"{how}: {len(group.all_files)} file(s) from {source}", file=out)
+    return precision
+
+
+def header_precision(path):
+    """The precision a GGUF's header declares (``general.file_type``), or None."""
+    try:
+        import gguf
+        field = gguf.GGUFReader(path).get_field("general.file_type")
+        if field is None:
+            return None
+        return gguf.LlamaFileType(int(field.contents())).name.replace("MOSTLY_", "").replace("ALL_", "")
+    except Exception:  # any unreadable header just means "unknown"; the file name may say
+        return None
+
+
+def _gguf_files(source):
+    """(root folder, GGUF paths relative to it) for a file or a folder."""
+    if source.is_file():
+        if not classify.is_gguf(source.name):
+            raise StoreError(f"{source} is not a .gguf file")
+        return source.parent, [source.name]
+    if source.is_dir():
+        paths = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file() and classify.is_gguf(p.name))
+        if not paths:
+            raise StoreError(f"no .gguf files in {source}")
+        return source, paths
+    raise StoreError(f"no such file or folder: {source}")
+
+
+def _place(src, dest, out):
+    """Hard-link ``src`` to ``dest``, or copy it if linking is impossible; says which."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists() and os.path.samefile(src, dest):
+        return "linked"
+    tmp = dest.with_name(dest.name + ".partial")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+        way = "linked"
+    except OSError as e:
+        if e.errno not in _NO_LINK:
+            raise StoreError(f"cannot link {src} into the store: {e.strerror}") from None
+        _copy(src, tmp, out)
+        way = "copied"
+    os.replace(tmp, dest)
+    return way
+
+
+def _copy(src, tmp, out):
+    size = src.stat().st_size
+    with tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"copy {src.name}",
+              file=out, disable=not is_terminal(out)) as bar:
+        try:
+            with open(src, "rb") as fin, open(tmp, "wb") as fout:
+                while block := fin.read(1 << 20):
+                    fout.write(block)
+                    bar.update(len(block))
+                fout.flush()
+                os.fsync(fout.fileno())
+            shutil.copystat(src, tmp)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if e.errno == errno.ENOSPC:
+                raise DownloadError(f"disk full while copying {src} ({human_size(size)}) into the store") from None
+            raise StoreError(f"cannot copy {src} into the store: {e.strerror}") from None
+
+
+def _hash(path, out):
+    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024,
+              desc=f"sha256 {path.name}", file=out, disable=not is_terminal(out)) as bar:
+        return sha256_of(path, bar.update)
+
+
+def _read_json(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

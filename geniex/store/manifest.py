@@ -1,0 +1,152 @@
+"""``geniex.json``: what the store holds of one model, written only when it is true.
+
+A precision is added to the manifest only after all its files are verified and in
+place, and removed from it before its files are deleted, so the manifest never names
+a file that is not whole. ``list`` and ``resolve`` read manifests only; files no
+manifest names are leftovers that ``clean`` deletes.
+
+Shape (``format`` 1)::
+
+    {"format": 1, "name": "org/repo", "runtime": "llama_cpp", "type": "llm",
+     "precisions": {"Q4_0": {"files": ["m-Q4_0.gguf"], "mmproj": null, "mtp": [],
+                             "draft": false, "source": {"kind": "hub", ...}}},
+     "files": {"m-Q4_0.gguf": {"size": 123, "sha256": "...", "git_oid": null}}}
+"""
+import json
+import os
+from contextlib import contextmanager
+from pathlib import PurePosixPath
+
+from geniex.store.classify import Group
+from geniex.store.errors import StoreError
+from geniex.store.locking import file_lock
+from geniex.store.names import order_precisions
+
+MANIFEST = "geniex.json"
+MANIFEST_LOCK = ".geniex.lock"  # held while the manifest is read, changed and written
+# Held shared by every pull or registration writing into the folder, exclusive by
+# `remove` and `clean`, so those never delete files a running pull is about to record.
+PULL_LOCK = ".pull.lock"
+LOCKS = (MANIFEST_LOCK, PULL_LOCK)
+FORMAT = 1
+
+
+class Manifest:
+    """One model's manifest; ``folder`` is ``models/<org>/<repo>``."""
+
+    def __init__(self, folder, data):
+        self.folder = folder
+        self.data = data
+
+    @classmethod
+    def new(cls, folder, name, runtime, model_type):
+        return cls(folder, {"format": FORMAT, "name": name, "runtime": runtime, "type": model_type,
+                            "precisions": {}, "files": {}})
+
+    @classmethod
+    def load(cls, folder):
+        """The manifest in ``folder``, None if there is none; StoreError if unreadable."""
+        path = folder / MANIFEST
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            raise StoreError(f"cannot read {path} ({e}); remove that folder and pull the model again") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise StoreError(f"{path} is not a geniex manifest this version understands; remove that folder and pull again")
+        return cls(folder, data)
+
+    def save(self):
+        """Write atomically (temp file + rename); a manifest with no precision is deleted."""
+        path = self.folder / MANIFEST
+        if not self.data["precisions"]:
+            path.unlink(missing_ok=True)
+            return
+        tmp = path.with_name(f"{MANIFEST}.tmp-{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump(self.data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    name = property(lambda self: self.data["name"])
+    runtime = property(lambda self: self.data["runtime"])
+    type = property(lambda self: self.data["type"])
+
+    @property
+    def precisions(self):
+        """All precisions held, drafts included, in preference order."""
+        return order_precisions(self.data["precisions"])
+
+    @property
+    def listed_precisions(self):
+        """Precisions shown by ``list``: MTP drafts are not standalone models."""
+        return [p for p in self.precisions if not self.data["precisions"][p].get("draft")]
+
+    def group(self, precision):
+        """The Group of a held precision, or None."""
+        entry = self.data["precisions"].get(precision)
+        if entry is None:
+            return None
+        return Group(precision, list(entry["files"]), entry.get("mmproj"), list(entry.get("mtp", [])),
+                     bool(entry.get("draft")))
+
+    def size(self, precision=None):
+        """Bytes on disk for one precision, or for the whole model."""
+        paths = self.group(precision).all_files if precision else self.data["files"]
+        return sum(self.data["files"][p]["size"] for p in paths)
+
+    def set_group(self, group, files, source):
+        """Record a precision whose files (``{path: RemoteFile}``) are all in place."""
+        self.data["precisions"][group.precision] = {
+            "files": group.files, "mmproj": group.mmproj, "mtp": group.mtp,
+            "draft": group.draft, "source": source,
+        }
+        for path in group.all_files:
+            remote = files[path]
+            self.data["files"][path] = {"size": remote.size, "sha256": remote.sha256, "git_oid": remote.git_oid}
+
+    def drop_group(self, precision):
+        """Forget a precision; returns the files nothing else needs any more."""
+        group = self.group(precision)
+        del self.data["precisions"][precision]
+        still_used = self.referenced()
+        unused = [p for p in group.all_files if p not in still_used]
+        for path in unused:
+            self.data["files"].pop(path, None)
+        return unused
+
+    def referenced(self):
+        """Every file path some held precision needs."""
+        return {p for prec in self.data["precisions"] for p in self.group(prec).all_files}
+
+    def file_record(self, path):
+        return self.data["files"].get(path)
+
+
+def model_folder(models_dir, org, repo):
+    return models_dir / org / repo
+
+
+def inside(folder, relpath):
+    """``folder / relpath``, refusing paths that would leave the folder."""
+    parts = PurePosixPath(relpath).parts
+    if not parts or relpath.startswith("/") or any(p in ("..", "") for p in parts):
+        raise StoreError(f"refusing unsafe file path {relpath!r}")
+    return folder.joinpath(*parts)
+
+
+@contextmanager
+def editing(folder, default=None):
+    """Read-modify-write the manifest of ``folder`` under its lock.
+
+    Yields the manifest on disk, else ``default`` (a ``Manifest.new(...)``, or None when
+    there is nothing to create); saves what was yielded when the block ends normally.
+    """
+    with file_lock(folder / MANIFEST_LOCK):
+        manifest = Manifest.load(folder) or default
+        yield manifest
+        if manifest is not None:
+            manifest.save()
