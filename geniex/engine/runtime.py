@@ -33,7 +33,7 @@ class SpecOptions:
     p_min: float = 0.0               # --draft-p-min
     ngram_n: int = 0                 # ngram match length (0 = method default)
     ngram_min: int = 0               # ngram minimum draft (0 = method default)
-    ngram_max: int = 0               # ngram maximum draft (0 = --draft-tokens)
+    ngram_max: int = 0               # ngram maximum draft (0 = method default)
 
     @property
     def enabled(self):

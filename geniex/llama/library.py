@@ -11,11 +11,13 @@ layouts are checked against build b11549 by probing the library's default params
 a mismatch is refused with a message naming the file and the expected build.
 """
 import collections
+import contextlib
 import ctypes
 import importlib.util
 import logging
 import os
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -134,6 +136,29 @@ def _log_bridge(level, text, _user):
     msg = (text or b"").decode("utf-8", "replace").rstrip("\n")
     if msg:
         _native_log.log(_LEVELS.get(level, logging.DEBUG), msg)
+
+
+@contextlib.contextmanager
+def native_stderr():
+    """Route what the library writes straight to stderr (a few MTP code paths print
+    with fprintf instead of the log callback) into the ``geniex.llama.cpp`` logger, so
+    the CLI's output stays clean unless ``--log`` asks for it."""
+    if _native_log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().decode("utf-8", "replace").splitlines():
+                if line.strip():
+                    _native_log.debug(line)
 
 
 def last_problem(default="see --log info for llama.cpp's messages"):

@@ -87,7 +87,8 @@ class Model:
             self._devices = null_terminated(devices)   # must outlive the load call
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         library.recent_problems.clear()
-        self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
+        with library.native_stderr():
+            self.ptr = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:
             raise ModelLoadError(f"llama.cpp could not load {path}: {library.last_problem()}")
         self.vocab = Vocab(lib, lib.llama_model_get_vocab(self.ptr))
@@ -186,7 +187,8 @@ class Context:
         params.ctx_other = other.ptr if other is not None else None
         self.params = params
         library.recent_problems.clear()
-        self.ptr = lib.llama_init_from_model(model.ptr, params)
+        with library.native_stderr():
+            self.ptr = lib.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             raise ModelLoadError(f"llama.cpp could not create a context for {model.path}: "
                                  f"{library.last_problem()}")
