@@ -216,11 +216,12 @@ class Store:
 
     def _clean_folder(self, folder, dry_run):
         manifest = Manifest.load(folder)
-        keep = {MANIFEST, *LOCKS, *(manifest.referenced() if manifest else ())}
-        doomed = [p for p in sorted(folder.rglob("*"))
-                  if not p.is_dir() and p.relative_to(folder).as_posix() not in keep]
         if manifest is None:
-            doomed.append(folder)  # nothing recorded here: the folder itself is a leftover
+            doomed = [folder]  # nothing recorded here: the whole folder is a leftover
+        else:
+            keep = {MANIFEST, *LOCKS, *manifest.referenced()}
+            doomed = [p for p in sorted(folder.rglob("*"))
+                      if not p.is_dir() and p.relative_to(folder).as_posix() not in keep]
         if not dry_run:
             for path in doomed:
                 if path == folder:

@@ -1,0 +1,163 @@
+"""`geniex pull|list|rm|clean` end to end: the CLI as a subprocess against the fake Hub."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fakehub import fake_hub, make_gguf  # noqa: F401  (fake_hub is a fixture)
+from geniex.store import demo_model_path
+from geniex.store.display import human_size
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO = "org/Tiny-GGUF"
+BIG = make_gguf("tiny", "Q8_0", floats=65536, seed=3)  # ~260 kB: slow enough to interrupt
+FILES = {"tiny-Q4_0.gguf": make_gguf("tiny", "Q4_0", seed=1), "tiny-Q8_0.gguf": BIG}
+
+
+@pytest.fixture
+def hub(fake_hub):
+    fake_hub.add_repo(REPO, FILES)
+    return fake_hub
+
+
+@pytest.fixture
+def env(tmp_path, hub):
+    env = {k: v for k, v in os.environ.items() if k not in ("GENIEX_HFTOKEN", "HF_TOKEN", "GENIEX_LOG")}
+    env.update(HF_ENDPOINT=hub.url, GENIEX_DATADIR=str(tmp_path / "data"), HF_HOME=str(tmp_path / "hf"),
+               PYTHONPATH=str(ROOT))
+    return env
+
+
+def geniex(env, *args, check=True):
+    """Run the CLI to completion; returns the CompletedProcess (stdin is not a terminal)."""
+    result = subprocess.run([sys.executable, "-m", "geniex", *args], env=env, cwd=ROOT, capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert "Traceback" not in result.stderr, result.stderr
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def start(env, *args):
+    return subprocess.Popen([sys.executable, "-m", "geniex", *args], env=env, cwd=ROOT, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for(predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
+def partial(env, name="tiny-Q8_0.gguf"):
+    return Path(env["GENIEX_DATADIR"]) / "models" / REPO / f"{name}.partial"
+
+
+def listed(env):
+    return {row["name"]: row for row in json.loads(geniex(env, "list", "--format", "json").stdout)}
+
+
+def test_pull_default_precision_and_summary(env):
+    result = geniex(env, "pull", REPO)
+    assert "No precision given; pulling org/Tiny-GGUF:Q4_0 (available: Q4_0, Q8_0)" in result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Pulled org/Tiny-GGUF:Q4_0"
+    summary = dict(line.split(":", 1) for line in lines[1:])
+    assert {k.strip(): v.strip() for k, v in summary.items()} == {
+        "type": "llm", "runtime": "llama_cpp", "size": human_size(len(FILES["tiny-Q4_0.gguf"])),
+        "location": f"{env['GENIEX_DATADIR']}/models/org/Tiny-GGUF", "precision": "Q4_0"}
+
+
+def test_list_formats_remove_and_clean(env):
+    geniex(env, "pull", f"{REPO}:q4_0")
+    geniex(env, "pull", f"{REPO}:Q8_0")
+    row = listed(env)[REPO]
+    assert row == {"name": REPO, "size": len(FILES["tiny-Q4_0.gguf"]) + len(BIG), "runtime": "llama_cpp",
+                   "type": "llm", "precisions": ["Q4_0", "Q8_0"]}
+    table = geniex(env, "ls").stdout.splitlines()
+    assert table[0] == f"Models cached in {env['GENIEX_DATADIR']}/models"
+    assert table[1].split() == ["NAME", "PRECISIONS", "TYPE", "RUNTIME", "SIZE"]
+    assert any(line.split()[:3] == [REPO, "Q4_0,", "Q8_0"] for line in table)
+    csv = geniex(env, "list", "--format", "csv").stdout.splitlines()
+    assert csv[0] == "name,size,runtime,type,precisions" and f"{REPO},{row['size']},llama_cpp,llm,Q4_0 Q8_0" in csv
+    if demo_model_path():
+        assert "demo/SmolLM2-135M-Instruct" in listed(env)
+
+    assert "removed org/Tiny-GGUF:Q4_0" in geniex(env, "rm", f"{REPO}:Q4_0", "-y").stdout
+    assert listed(env)[REPO]["precisions"] == ["Q8_0"]
+    partial(env, "tiny-Q4_0.gguf").write_bytes(b"left over")
+    cleaned = geniex(env, "clean", "-y").stdout
+    assert "tiny-Q4_0.gguf.partial" in cleaned and "deleted 1 item(s)" in cleaned
+    assert "nothing to clean" in geniex(env, "clean").stdout
+    geniex(env, "remove", REPO)  # no terminal: no question asked
+    assert REPO not in listed(env)
+    result = geniex(env, "rm", REPO, check=False)
+    assert result.returncode == 1 and result.stderr.strip() == "error: org/Tiny-GGUF is not in the store (see `geniex list`)"
+
+
+def test_ctrl_c_then_pull_again_resumes_with_range(env, hub):
+    hub.throttle = 0.02
+    proc = start(env, "pull", f"{REPO}:Q8_0")
+    wait_for(lambda: partial(env).exists() and partial(env).stat().st_size > 20_000)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130 and "run `geniex pull org/Tiny-GGUF:Q8_0` again to resume" in err
+    have = partial(env).stat().st_size
+    assert 0 < have < len(BIG) and REPO not in listed(env)
+    hub.throttle = 0
+    geniex(env, "pull", f"{REPO}:Q8_0")
+    assert hub.cdn_gets(REPO, "tiny-Q8_0.gguf") == [None, f"bytes={have}-"]
+    assert (partial(env).parent / "tiny-Q8_0.gguf").read_bytes() == BIG
+
+
+def test_two_pulls_of_one_model_share_one_download(env, hub):
+    hub.throttle = 0.01
+    first = start(env, "pull", f"{REPO}:Q8_0")
+    wait_for(lambda: partial(env).exists())
+    second = start(env, "pull", f"{REPO}:Q8_0")
+    results = [p.communicate(timeout=30) for p in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, results
+    assert "another pull is downloading tiny-Q8_0.gguf; waiting for it" in results[1][1]
+    assert hub.cdn_gets(REPO, "tiny-Q8_0.gguf") == [None]
+    assert (partial(env).parent / "tiny-Q8_0.gguf").read_bytes() == BIG
+    assert listed(env)[REPO]["precisions"] == ["Q8_0"]
+
+
+def test_cut_mid_file_is_resumed_in_the_same_pull(env, hub):
+    hub.cut(REPO, "tiny-Q8_0.gguf")
+    result = geniex(env, "pull", f"{REPO}:Q8_0")
+    assert "tiny-Q8_0.gguf: the connection closed mid-file; resuming at" in result.stderr
+    assert hub.cdn_gets(REPO, "tiny-Q8_0.gguf")[1].startswith("bytes=")
+
+
+def test_errors_are_one_line(env, hub):
+    hub.wrong_sha(REPO, "tiny-Q4_0.gguf")
+    result = geniex(env, "pull", f"{REPO}:Q4_0", check=False)
+    assert result.returncode == 1 and "failed its sha256 check" in result.stderr
+    assert REPO not in listed(env)
+    result = geniex(env, "pull", "org/missing", check=False)
+    assert result.returncode == 1 and result.stderr.startswith("error: org/missing on http://127.0.0.1:")
+    assert "does not exist (HTTP 404)" in result.stderr
+    hub.gate(REPO, "secret")
+    result = geniex(env, "pull", f"{REPO}:Q8_0", check=False)
+    assert result.returncode == 1 and "gated or private and needs a token (HTTP 401)" in result.stderr
+    authorized = {**env, "GENIEX_HFTOKEN": "secret", "HF_TOKEN": "wrong"}
+    assert geniex(authorized, "pull", f"{REPO}:Q8_0").returncode == 0
+    result = geniex(authorized, "pull", f"{REPO}:Q3_K_S", check=False)
+    assert result.stderr.strip() == "error: org/Tiny-GGUF has no precision Q3_K_S; available: Q4_0, Q8_0"
+    result = geniex(env, "pull", "just-a-name", check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_local_path_and_model_type(env, tmp_path):
+    (tmp_path / "mine-Q4_K_M.gguf").write_bytes(make_gguf("mine", "Q4_K_M"))
+    result = geniex(env, "pull", "me/mine", "--local-path", str(tmp_path / "mine-Q4_K_M.gguf"), "--model-type", "vlm")
+    assert "linked (hard link, no extra disk space)" in result.stderr
+    assert "Pulled me/mine:Q4_K_M" in result.stdout
+    assert listed(env)["me/mine"]["type"] == "vlm"
