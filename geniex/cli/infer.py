@@ -1,7 +1,180 @@
-"""`geniex infer` (placeholder until its module lands)."""
+"""``geniex infer [MODEL]``: answer ``-p`` prompts, or chat interactively without ``-p``."""
+import logging
+import signal
+import sys
+
+from geniex import config, profile
+from geniex.cli.options import add_model_flags, gen_options, load_options, spec_types
+from geniex.engine.chat import Conversation
+from geniex.engine.runtime import open_session
+from geniex.errors import GenieXError, UsageError
+from geniex.speculative.setup import FALLBACK
+
+log = logging.getLogger("geniex.cli")
+
+HELP = "commands: /clear forgets the conversation, /bye (or Ctrl-D) quits; Ctrl-C ends an answer"
 
 
 def register(sub):
-    """Add the verb's parser."""
-    p = sub.add_parser("infer", help="(not yet available)")
-    p.set_defaults(func=lambda args: print("infer: not yet available") or 1)
+    """Add ``infer`` to the CLI."""
+    p = sub.add_parser("infer", help="answer prompts with a local model (interactive without -p)",
+                       description="Answer prompts with a local GGUF model. Without -p, opens an "
+                                   "interactive chat that keeps the conversation and its KV cache.")
+    p.add_argument("model", nargs="?", default=None,
+                   help="store name org/repo[:precision] or a GGUF path (default: the bundled demo model)")
+    p.add_argument("-p", "--prompt", action="append", default=[], help="a one-shot turn (repeatable)")
+    p.add_argument("-i", "--input", metavar="FILE", help="read a prompt from FILE ('-' = stdin); "
+                                                         "with -p it is appended to the first prompt")
+    p.add_argument("--spec-trace", metavar="FILE", help="write one JSON line per decoding step ('-' = stderr)")
+    add_model_flags(p)
+    p.set_defaults(func=run)
+
+
+class _CtrlC:
+    """First Ctrl-C during an answer ends that answer (stop reason ``user``); outside an
+    answer, or a second time, it interrupts the program."""
+
+    def __init__(self):
+        self.answering = False
+        self.pressed = False
+
+    def __enter__(self):
+        self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self._old)
+
+    def _handle(self, signum, frame):
+        if self.answering and not self.pressed:
+            self.pressed = True
+            return
+        raise KeyboardInterrupt
+
+    def cancelled(self):
+        return self.pressed
+
+
+def _resolve_models(args, store):
+    """The target, and the draft's path (None with the fallback warning when it cannot
+    be had, as every other speculative setup failure)."""
+    from geniex.store import DEMO_NAME
+    model = store.resolve(args.model or DEMO_NAME, pull_missing=True)
+    draft_path = None
+    if args.draft_model:
+        if not spec_types(args.spec_type):
+            log.warning("--draft-model has no effect without --spec-type")
+        else:
+            try:
+                draft_path = store.resolve(args.draft_model, pull_missing=True).path
+            except GenieXError as e:
+                log.warning("%s: resolve draft model %s: %s", FALLBACK, args.draft_model, e)
+                args.spec_type = ""
+    return model, draft_path
+
+
+def _read_input(path):
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"--input {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--input {path}: not UTF-8 text") from None
+
+
+def run(args):
+    """Entry point of ``geniex infer``."""
+    from geniex.store import Store
+    opts = gen_options(args)
+    prompts = list(args.prompt)
+    if args.input:
+        text = _read_input(args.input)
+        if prompts:
+            prompts[0] = prompts[0] + "\n\n" + text
+        else:
+            prompts = [text]
+    store = Store(config.data_dir(getattr(args, "data_dir", None)))
+    model, draft_path = _resolve_models(args, store)
+    verbose = getattr(args, "verbose", False)
+    session = open_session(model, load_options(args, draft_path))
+    tracer = None
+    try:
+        if verbose:
+            print(f"model: {model.name} ({session.model.describe()}); {session.device_note}; "
+                  f"context {session.ctx.n_ctx} tokens; threads {session.threads}/{session.threads_batch}",
+                  file=sys.stderr)
+            for note in session.spec_notes:
+                print(note, file=sys.stderr)
+        if args.spec_trace:
+            from geniex.speculative.trace import Tracer
+            try:
+                tracer = Tracer(args.spec_trace, session.vocab)
+            except OSError as e:
+                raise UsageError(f"--spec-trace {args.spec_trace}: {e.strerror}") from None
+        chat = Conversation(session, args.system_prompt)
+        if verbose and chat.template.kind == "plain":
+            print("the model has no chat template: prompts are passed as plain text", file=sys.stderr)
+        with _CtrlC() as ctrl:
+            if prompts:
+                for prompt in prompts:
+                    _answer(chat, prompt, opts, ctrl, tracer, verbose)
+            else:
+                _interactive(chat, opts, ctrl, tracer, verbose)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+    finally:
+        if tracer is not None:
+            tracer.close()
+        session.close()
+    return 0
+
+
+def _answer(chat, prompt, opts, ctrl, tracer, verbose):
+    ctrl.pressed = False
+    ctrl.answering = True
+    try:
+        gen = chat.ask(prompt, opts, cancel=ctrl.cancelled)
+        out = sys.stdout
+        for step in gen:
+            if step.text:
+                out.write(step.text)
+                out.flush()
+            if tracer is not None:
+                tracer.step(step)
+    finally:
+        ctrl.answering = False
+    chat.finish(gen)
+    out.write("\n")
+    out.flush()
+    if tracer is not None:
+        tracer.summary(gen.stats)
+    print(profile.render(gen.stats, verbose), file=sys.stderr, flush=True)
+
+
+def _interactive(chat, opts, ctrl, tracer, verbose):
+    tty = sys.stdin.isatty()
+    if tty:
+        print(HELP, file=sys.stderr)
+    while True:
+        if tty:
+            print(">>> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/bye", "/exit", "/quit"):
+            break
+        if text == "/clear":
+            chat.messages = [m for m in chat.messages if m["role"] == "system"]
+            chat.session.reset()
+            print("(conversation cleared)", file=sys.stderr)
+            continue
+        if text in ("/?", "/help"):
+            print(HELP, file=sys.stderr)
+            continue
+        _answer(chat, text, opts, ctrl, tracer, verbose)

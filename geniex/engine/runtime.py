@@ -69,7 +69,7 @@ class Session:
         header = read_header(path)
         chosen, why = devmod.select(options.compute, devmod.available(lib))
         self.device_note = why
-        log.info(why)
+        log.debug(why)
         self.name = name or str(path)
         self.model = Model(path, devices=chosen, n_gpu_layers=options.ngl, header=header)
         cores = physical_cores()
@@ -85,6 +85,15 @@ class Session:
             from geniex.speculative import setup
             self.drafter, self.spec_notes = setup.build(self, options.spec)
         self.batch = Batch(max(512, options.spec.n_max + 1))
+        self._warm_up()
+
+    def _warm_up(self):
+        # The first decode pays for graph allocation and weight repacking; do it at load
+        # (as llama.cpp's tools do) so time-to-first-token measures the answer. The MTP
+        # draft context already exists: it must be made before the target decodes.
+        tok = self.vocab.bos if self.vocab.bos >= 0 else 0
+        self.ctx.decode(self.batch.fill([tok], 0))
+        self.ctx.clear()
 
     # -- KV bookkeeping ----------------------------------------------------------
     def sync_kv(self, tokens, keep_at_most):
@@ -128,6 +137,20 @@ class Session:
             self.ctx.close()
         if getattr(self, "model", None) is not None:
             self.model.close()
+
+
+def open_session(model, options):
+    """Open a Session on a store-resolved model (a ResolvedModel), applying GenieX's
+    rules for runtimes and multimodal models. The CLI and the server both call this."""
+    if model.runtime != "llama_cpp":
+        if options.spec.enabled:
+            log.warning("speculative decoding is only supported by llama_cpp")
+        raise GenieXError(f"{model.name} uses the {model.runtime} runtime (a QAIRT bundle for "
+                          "Qualcomm's own runner), which geniex cannot run; use a GGUF model")
+    if model.type == "vlm" and options.spec.enabled:
+        log.warning("%s is multimodal: speculative decoding runs the text path, and image/audio "
+                    "content is dropped", model.name)
+    return Session(model.path, options, name=model.name)
 
 
 def _default_threads(cores):

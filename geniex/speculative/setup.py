@@ -46,7 +46,7 @@ def build(session, spec):
     drafter = made[0] if len(made) == 1 else DrafterChain(made)
     notes.insert(0, f"speculative decoding: {drafter.name}")
     for n in notes:
-        log.info(n)
+        log.debug(n)
     return drafter, notes
 
 
