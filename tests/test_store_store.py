@@ -1,4 +1,5 @@
 """The Store against the fake Hub, in process: pull, resolve, list, remove, clean."""
+import errno
 import hashlib
 import io
 import json
@@ -79,7 +80,8 @@ def test_interactive_picker_defaults_and_accepts_number_or_name():
     assert [pick(), pick(), pick()] == ["Q4_0", "Q8_0", "Q8_0"]
 
 
-def test_cut_connection_is_resumed_with_range(store, hub):
+def test_cut_connection_is_resumed_with_range(store, hub, monkeypatch):
+    monkeypatch.setattr(download, "RETRY_PAUSE", 0)
     hub.cut(REPO, "tiny-Q8_0.gguf")
     model = store.pull(f"{REPO}:Q8_0", out=quiet())
     assert model.path.read_bytes() == FILES["tiny-Q8_0.gguf"]
@@ -116,6 +118,17 @@ def test_connection_cut_every_time_gives_up_with_a_resume_hint(store, hub, monke
     with pytest.raises(DownloadError, match="kept failing .* run the same pull again to resume"):
         store.pull(f"{REPO}:Q8_0", out=quiet())
     assert (store.models_dir / "org/Tiny-GGUF/tiny-Q8_0.gguf.partial").stat().st_size > 0
+
+
+def test_disk_full_is_a_clear_error_and_keeps_the_partial(store, monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(download.os, "fsync", full)
+    with pytest.raises(DownloadError, match="disk full while writing .*tiny-Q4_0.gguf.partial.*pull to resume"):
+        store.pull(f"{REPO}:Q4_0", out=quiet())
+    assert (store.models_dir / "org/Tiny-GGUF/tiny-Q4_0.gguf.partial").exists()
+    with pytest.raises(ModelNotFound):
+        store.resolve(REPO)
 
 
 def test_missing_repo_gated_repo_and_bad_token(tmp_path, hub):

@@ -111,7 +111,8 @@ class Hub:
         The caller checks ``status_code``: 206 means the range was honoured, 200 that
         the server sent the whole file, 416 that ``start`` is at or past the end.
         """
-        headers = {"Range": f"bytes={start}-"} if start else {}
+        # identity: a compressed body would not line up with byte offsets in the file.
+        headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={start}-"} if start else {})}
         return self._get(self.file_url(repo_id, path), repo_id, what=path, headers=headers, stream=True, ok=(416,))
 
     def _get(self, url, repo_id, what=None, ok=(), **kwargs):
