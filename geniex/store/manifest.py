@@ -93,9 +93,9 @@ class Manifest:
         return Group(precision, list(entry["files"]), entry.get("mmproj"), list(entry.get("mtp", [])),
                      bool(entry.get("draft")))
 
-    def size(self, precision=None):
-        """Bytes on disk for one precision, or for the whole model."""
-        paths = self.group(precision).all_files if precision else self.data["files"]
+    def size(self, precisions=None):
+        """Bytes on disk of the files these precisions use (each file once); all if None."""
+        paths = {f for p in precisions for f in self.group(p).all_files} if precisions else self.data["files"]
         return sum(self.data["files"][p]["size"] for p in paths)
 
     def set_group(self, group, files, source):

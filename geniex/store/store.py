@@ -140,8 +140,7 @@ class Store:
             return [demo.DEMO_NAME], 0
         manifest = Manifest.load(self._existing_folder(parsed))
         precisions = self._removal(parsed, manifest)
-        files = {f for p in precisions for f in manifest.group(p).all_files}
-        return [f"{manifest.name}:{p}" for p in precisions], sum(manifest.file_record(f)["size"] for f in files)
+        return [f"{manifest.name}:{p}" for p in precisions], manifest.size(precisions)
 
     def clean(self, dry_run=False):
         """Delete partial downloads, lock files and files no manifest names.
