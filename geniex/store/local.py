@@ -109,7 +109,7 @@ def _place(src, dest, out):
 
 def _copy(src, tmp, out):
     size = src.stat().st_size
-    with tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"copy {src.name}",
+    with tqdm(total=size, unit="B", unit_scale=True, desc=f"copy {src.name}",
               file=out, disable=not is_terminal(out)) as bar:
         try:
             with open(src, "rb") as fin, open(tmp, "wb") as fout:
