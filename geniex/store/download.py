@@ -90,7 +90,7 @@ def _download(hub, repo_id, remote, partial, out, retries):
     if not show_bar:
         resumed = f", resuming at {human_size(state.have)}" if state.have else ""
         print(f"downloading {remote.path} ({human_size(remote.size)}{resumed})", file=out, flush=True)
-    bar = tqdm(total=remote.size, initial=state.have, unit="B", unit_scale=True, unit_divisor=1024,
+    bar = tqdm(total=remote.size, initial=state.have, unit="B", unit_scale=True,
                desc=_short(remote.path), file=out, disable=not show_bar, leave=True, dynamic_ncols=True)
     try:
         attempt = 0

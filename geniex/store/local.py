@@ -127,7 +127,7 @@ def _copy(src, tmp, out):
 
 
 def _hash(path, out):
-    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024,
+    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True,
               desc=f"sha256 {path.name}", file=out, disable=not is_terminal(out)) as bar:
         return sha256_of(path, bar.update)
 
