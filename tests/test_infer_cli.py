@@ -1,0 +1,120 @@
+"""`geniex infer` driven as a subprocess, as a user would."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+PROFILE_LINE = re.compile(r"^— [\d.]+ tok/s • \d+ tok • [\d.]+ s first token( • \d+% accept)? —$", re.M)
+
+
+def stop_reason(stderr):
+    m = re.search(r"^stop reason:\s+(\S+)", stderr, re.M)
+    return m and m.group(1)
+
+
+def test_one_shot_answer_with_profile_line(cli):
+    proc = cli("infer", "-p", "Why is the sky blue?", "--max-tokens", "40")
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.split()) > 5
+    assert PROFILE_LINE.search(proc.stderr), proc.stderr
+
+
+def test_greedy_paris_and_verbose_block(cli):
+    proc = cli("infer", "-p", "What is the capital of France?", "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    assert "Paris" in proc.stdout
+    for label in ("total time:", "ttft:", "prompt tokens:", "prompt speed:", "decode tokens:",
+                  "decode speed:", "stop reason:"):
+        assert label in proc.stderr
+    assert stop_reason(proc.stderr) == "eos"
+    assert "compute: cpu" in proc.stderr          # --verbose says which device was chosen
+    assert "draft accept" not in proc.stderr       # no drafts, no accept line
+
+
+def test_stop_reasons_through_the_cli(cli):
+    proc = cli("infer", "-p", "Count from 1 to 50.", "--max-tokens", "5", "--verbose")
+    assert stop_reason(proc.stderr) == "length"
+    proc = cli("infer", "-p", "What is the capital of France?", "--stop", "Paris", "--verbose")
+    assert stop_reason(proc.stderr) == "stop_sequence" and "Paris" not in proc.stdout
+    proc = cli("infer", "-p", "Write a long essay about the history of the Roman Empire, with many details.",
+               "--nctx", "64", "--verbose")
+    assert stop_reason(proc.stderr) == "context_length"
+
+
+def test_input_file_and_system_prompt(cli, tmp_path):
+    f = tmp_path / "q.txt"
+    f.write_text("What is the capital of France?")
+    proc = cli("infer", "-i", f, "-s", "Answer in one word.", "--verbose")
+    assert proc.returncode == 0 and "Paris" in proc.stdout
+    proc = cli("infer", "-i", tmp_path / "missing.txt")
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "missing.txt" in proc.stderr
+
+
+def test_interactive_session_over_stdin_two_turns(cli):
+    proc = cli("infer", "--max-tokens", "40", "--verbose",
+               input="My name is Alice. Remember it.\nWhat is my name?\n/bye\n")
+    assert proc.returncode == 0, proc.stderr
+    # Two answers, each followed by its profile block. The second prompt holds the whole
+    # conversation (first question and answer), and only its new tokens were decoded.
+    assert proc.stderr.count("stop reason:") == 2
+    prompts = [int(n) for n in re.findall(r"^prompt tokens:\s+(\d+)", proc.stderr, re.M)]
+    answers = [int(n) for n in re.findall(r"^decode tokens:\s+(\d+)", proc.stderr, re.M)]
+    reused = re.findall(r"\((\d+) reused from cache\)", proc.stderr)
+    assert prompts[1] > prompts[0] + answers[0]
+    assert len(reused) == 1 and int(reused[0]) >= prompts[0] + answers[0] - 8
+
+
+def test_ctrl_c_ends_the_answer_not_the_session(data_dir):
+    env = {**os.environ, "GENIEX_DATADIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "geniex", "infer", "--verbose", "--max-tokens", "2000"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, cwd=ROOT)
+    p.stdin.write("Write a very long story about the sea.\n")
+    p.stdin.flush()
+    first = p.stdout.read(20)                 # the answer is streaming
+    assert first
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    p.stdin.write("What is the capital of France?\n")
+    p.stdin.flush()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    reasons = re.findall(r"^stop reason:\s+(\S+)", err, re.M)
+    assert reasons[0] == "user" and len(reasons) == 2
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["infer", "/nonexistent/model.gguf", "-p", "hi"], "no such file"),
+    (["infer", "{notgguf}", "-p", "hi"], "not a GGUF"),
+    (["infer", "{truncated}", "-p", "hi"], "truncated"),
+    (["infer", "-p", "hi", "--compute", "quantum"], "unknown device quantum"),
+    (["infer", "-p", "hi", "--compute", "npu"], "no NPU"),
+    (["infer", "-p", "hi", "--nctx", "0"], "--nctx must be at least 1"),
+    (["infer", "-p", "hi", "--temperature", "hot"], "--temperature takes a number"),
+    (["infer", "-p", "hi", "--bogus-flag"], "unrecognized arguments"),
+])
+def test_bad_input_is_one_clear_line(cli, tmp_path, demo_model, args, message):
+    (tmp_path / "notgguf.gguf").write_text("this is not a model")
+    data = demo_model.read_bytes()
+    (tmp_path / "truncated.gguf").write_bytes(data[:len(data) // 3])
+    args = [a.format(notgguf=tmp_path / "notgguf.gguf", truncated=tmp_path / "truncated.gguf") for a in args]
+    proc = cli(*args)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith("(see")]
+    assert len(lines) == 1, proc.stderr
+    assert "GGML_ASSERT" not in proc.stderr and "backtrace" not in proc.stderr.lower()
+
+
+def test_version_names_the_library(cli):
+    proc = cli("--version")
+    assert proc.returncode == 0
+    assert "geniex 0." in proc.stdout and "xllamacpp" in proc.stdout and "b11549" in proc.stdout
+    assert "system info:" in proc.stdout
