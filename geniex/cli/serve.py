@@ -1,7 +1,45 @@
-"""`geniex serve` (placeholder until its module lands)."""
+"""`geniex serve`: the OpenAI-compatible local server (see README, "Local server")."""
+import os
+
+from geniex.errors import UsageError
+from geniex.server import DEFAULT_HOST
 
 
 def register(sub):
     """Add the verb's parser."""
-    p = sub.add_parser("serve", help="(not yet available)")
-    p.set_defaults(func=lambda args: print("serve: not yet available") or 1)
+    p = sub.add_parser("serve", help="run the OpenAI-compatible local server",
+                       description="Serve stored models over an OpenAI-compatible HTTP API. Speculative "
+                                   "decoding is chosen per request (spec_* fields); the server never downloads.")
+    p.add_argument("--host", default=None,
+                   help=f"HOST:PORT to listen on (env GENIEX_HOST, default {DEFAULT_HOST}; port 0 = any free port)")
+    p.add_argument("--keepalive", type=float, default=None,
+                   help="seconds an idle model stays loaded (env GENIEX_KEEPALIVE, default 300; "
+                        "0 = free after each request, negative = never)")
+    p.add_argument("--nctx", type=int, default=4096, help="default context length (default 4096)")
+    p.add_argument("-n", "--ngl", type=int, default=-1, help="default layers to offload, -1 = all (default -1)")
+    p.add_argument("-c", "--compute", default=None,
+                   help="default compute: cpu, gpu, npu, hybrid or devices like HTP0,HTP1 (default: best available)")
+    p.add_argument("--origins", default="*", help="CORS: allowed origins, comma separated (default *)")
+    p.set_defaults(func=run)
+
+
+def _keepalive(value):
+    raw = value if value is not None else os.environ.get("GENIEX_KEEPALIVE", "300")
+    try:
+        return float(raw)
+    except ValueError:
+        raise UsageError(f"GENIEX_KEEPALIVE={raw!r}: expected a number of seconds") from None
+
+
+def run(args):
+    """Serve until Ctrl-C / SIGTERM."""
+    # Imported here: Flask and waitress are only needed when serving.
+    from geniex.server.answering import Defaults
+    from geniex.server.app import ServerConfig
+    from geniex.server.serving import serve
+    if args.nctx < 1:
+        raise UsageError(f"--nctx must be a positive number of tokens (got {args.nctx})")
+    config = ServerConfig(data_dir=args.data_dir, keepalive=_keepalive(args.keepalive),
+                          defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute),
+                          origins=args.origins)
+    return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST)

@@ -1,0 +1,232 @@
+"""From a validated request body to an answer in progress, through the engine.
+
+Nothing here generates text itself: the model is a :class:`~geniex.engine.runtime.Session`
+held by the :class:`~geniex.server.cache.ModelCache`, prompts are built by
+:class:`~geniex.engine.chat.ChatTemplate`, and tokens come from ``Session.generate``
+(the same loop ``geniex infer`` runs).
+"""
+import logging
+import os
+from dataclasses import dataclass
+
+from geniex.cli.options import spec_types
+from geniex.engine.chat import ChatTemplate
+from geniex.engine.loop import GenOptions
+from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+from geniex.engine.sampling import SamplingParams
+from geniex.errors import ContextLengthExceeded, GenieXError, ModelNotFound
+from geniex.server.cache import CacheKey
+from geniex.server.validation import ApiError
+
+log = logging.getLogger("geniex.server")
+
+CHAT_MAX_TOKENS = 2048          # max_completion_tokens default (GenieX)
+COMPLETION_MAX_TOKENS = 16      # /v1/completions max_tokens default (OpenAI)
+NEVER_DOWNLOADS = "(the server never downloads models)"
+
+
+@dataclass
+class Defaults:
+    """``geniex serve`` flags that requests may override."""
+
+    nctx: int = 4096
+    ngl: int = -1
+    compute: str | None = None
+
+
+def _get(body, field, default):
+    value = body.get(field)
+    return default if value is None else value
+
+
+class Answer:
+    """An answer in progress under a :class:`~geniex.server.cache.Lease`.
+
+    The first step is taken on creation, so a prompt that does not fit fails here,
+    while an HTTP status can still say so. :meth:`pieces` yields the text as it comes;
+    :meth:`close` (always called) hands the model to the next request.
+    """
+
+    def __init__(self, lease, generation, model, warnings):
+        self.lease = lease
+        self.generation = generation
+        self.model = model
+        self.warnings = warnings
+        self._steps = iter(generation)
+        try:
+            self._first = next(self._steps, None)
+        except BaseException:
+            lease.release()
+            raise
+
+    @property
+    def stats(self):
+        return self.generation.stats
+
+    def pieces(self):
+        """Printable text pieces until the answer ends (``stats`` is then complete)."""
+        step = self._first
+        while step is not None:
+            if step.text:
+                yield step.text
+            step = next(self._steps, None)
+
+    def text(self):
+        """Consume the whole answer; returns its text."""
+        return "".join(self.pieces())
+
+    def close(self):
+        self.lease.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Answerer:
+    """Turns request bodies into :class:`Answer` objects (or a warm-up's None)."""
+
+    def __init__(self, store, cache, defaults=None):
+        self.store = store
+        self.cache = cache
+        self.defaults = defaults or Defaults()
+
+    # -- the two routes --------------------------------------------------------------
+    def chat(self, body, keep_cache, cancel):
+        """``/v1/chat/completions``: None for a warm-up (empty ``messages``), else an Answer."""
+        target = self._target(body["model"])
+        spec = self._spec(body)
+        warm_up = not body["messages"]
+        if not warm_up:
+            messages, warnings = chat_messages(body["messages"], target, bool(spec.types))
+        lease = self._lease(body, target, spec)
+        if warm_up:
+            lease.release()
+            return None
+        try:
+            session = lease.session
+            if not keep_cache:
+                session.reset()
+            tokens = session.tokenize_prompt(ChatTemplate(session.model).render(messages))
+            opts = self._gen_options(body, _get(body, "max_completion_tokens",
+                                                _get(body, "max_tokens", CHAT_MAX_TOKENS)))
+            generation = session.generate(tokens, opts, cancel=cancel)
+        except BaseException:
+            lease.release()
+            raise
+        return _start(lease, generation, target.name, warnings, "messages")
+
+    def complete(self, body, keep_cache, cancel):
+        """``/v1/completions``: the raw prompt, no template, no drafting."""
+        target = self._target(body["model"])
+        prompt = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
+        lease = self._lease(body, target, None)
+        try:
+            session = lease.session
+            if not keep_cache:
+                session.reset()
+            tokens = session.vocab.tokenize(prompt, add_special=session.vocab.add_bos)
+            if not tokens:
+                raise ApiError(400, "prompt: the prompt is empty", param="prompt", code="invalid_value")
+            opts = self._gen_options(body, _get(body, "max_tokens", COMPLETION_MAX_TOKENS))
+            generation = session.generate(tokens, opts, cancel=cancel, speculative=False)
+        except BaseException:
+            lease.release()
+            raise
+        return _start(lease, generation, target.name, [], "prompt")
+
+    # -- pieces ------------------------------------------------------------------------
+    def _target(self, name):
+        try:
+            target = self.store.resolve(name)
+        except ModelNotFound as e:
+            raise ApiError(404, f"{e} {NEVER_DOWNLOADS}", param="model", code="model_not_found") from None
+        if target.runtime != "llama_cpp":
+            raise ApiError(400, f"{target.name} is a {target.runtime} model; this server runs GGUF models "
+                           "(llama_cpp runtime) only", param="model", code="unsupported_model")
+        return target
+
+    def _spec(self, body):
+        types = spec_types(body.get("spec_type"))
+        draft_name = body.get("spec_draft_model") or ""
+        draft_path = None
+        if types and draft_name:
+            draft_path = self._draft(draft_name).path
+        return SpecOptions(
+            types=types, draft_model=draft_name, draft_path=draft_path,
+            n_max=_get(body, "spec_n_max", 3), n_min=_get(body, "spec_n_min", 0),
+            p_min=_get(body, "spec_p_min", 0.0), ngram_n=_get(body, "spec_ngram_n", 0),
+            ngram_min=_get(body, "spec_ngram_min", 0), ngram_max=_get(body, "spec_ngram_max", 0))
+
+    def _draft(self, name):
+        try:
+            return self.store.resolve(name)
+        except ModelNotFound as e:
+            if _looks_like_path(name):
+                message = f"resolve draft model {name}: {e}"
+            else:
+                message = f"resolve draft model {name}: not found; run `geniex pull {name}` first {NEVER_DOWNLOADS}"
+            raise ApiError(404, message, param="spec_draft_model", code="model_not_found") from None
+        except GenieXError as e:
+            raise ApiError(400, f"resolve draft model {name}: {e}", param="spec_draft_model",
+                           code="invalid_value") from None
+
+    def _lease(self, body, target, spec):
+        options = LoadOptions(nctx=_get(body, "nctx", self.defaults.nctx), ngl=_get(body, "ngl", self.defaults.ngl),
+                              compute=_get(body, "compute", self.defaults.compute), spec=spec or SpecOptions())
+        # ``spec=None`` in the key: a completion may use whatever drafter the resident
+        # model has (it does not draft), rather than reloading the model without one.
+        key = CacheKey(target.name, options.nctx, options.ngl, options.compute,
+                       None if spec is None else spec.key())
+        return self.cache.lease(key, lambda: Session(target.path, options, name=target.name))
+
+    @staticmethod
+    def _gen_options(body, max_tokens):
+        stop = body.get("stop") or ()
+        sampling = SamplingParams(
+            temperature=_get(body, "temperature", 0.0), top_k=_get(body, "top_k", 0),
+            top_p=_get(body, "top_p", 0.0), min_p=_get(body, "min_p", 0.0),
+            repetition_penalty=_get(body, "repetition_penalty", 1.0),
+            presence_penalty=_get(body, "presence_penalty", 0.0),
+            frequency_penalty=_get(body, "frequency_penalty", 0.0), seed=_get(body, "seed", 0))
+        return GenOptions(max_tokens=max_tokens, stop=(stop,) if isinstance(stop, str) else tuple(stop),
+                          sampling=sampling)
+
+
+def _start(lease, generation, model, warnings, field):
+    try:
+        return Answer(lease, generation, model, warnings)
+    except ContextLengthExceeded as e:
+        # The engine's message names the CLI flag; a request sets the field instead.
+        raise ApiError(400, str(e).replace("--nctx", "nctx"), param=field, code="context_length_exceeded") from None
+
+
+def chat_messages(messages, target, speculative):
+    """Request messages -> ``{"role", "content"}`` text messages for the template, and
+    warnings about content that was dropped (we only run the text path)."""
+    out, dropped = [], 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            texts = [p["text"] for p in content if p.get("type") == "text"]
+            dropped += len(content) - len(texts)
+            content = "\n".join(texts)
+        role = "system" if m["role"] == "developer" else m["role"]
+        out.append({"role": role, "content": content or ""})
+    warnings = []
+    if dropped:
+        if target.type == "vlm" and speculative:
+            why = "speculative decoding is text-only"
+        elif target.type == "vlm":
+            why = "this server runs the text path only (no multimodal projector support)"
+        else:
+            why = f"{target.name} is a text-only model"
+        warnings.append(f"{why}: dropped {dropped} image/audio content part(s)")
+        log.warning("%s", warnings[-1])
+    return out, warnings
+
+
+def _looks_like_path(name):
+    return os.path.isabs(os.path.expanduser(name)) or name.lower().endswith(".gguf") or name.startswith(".")

@@ -1,0 +1,199 @@
+"""The resident model: one Session at a time, used by one request at a time, freed
+after ``keepalive`` idle seconds.
+
+The engine is not thread-safe, so everything that touches the Session happens while
+holding the cache's turn (a first-come, first-served lock): a request that arrives
+while another is answering waits for its turn instead of failing. A streamed answer
+keeps the turn until its last event is sent (or the client goes away).
+"""
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from geniex.server.validation import ApiError
+
+log = logging.getLogger("geniex.server")
+
+
+class TurnLock:
+    """A lock granted in arrival order, so no waiting request is overtaken forever."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._queue = collections.deque()
+        self._held = False
+
+    def acquire(self, timeout=None):
+        """Wait for the turn; False if ``timeout`` seconds passed first."""
+        me = object()
+        with self._cond:
+            self._queue.append(me)
+            ok = self._cond.wait_for(lambda: not self._held and self._queue[0] is me, timeout)
+            self._queue.remove(me)
+            if ok:
+                self._held = True
+            else:
+                self._cond.notify_all()    # the next in line may be free to go now
+            return ok
+
+    def try_acquire(self):
+        """Take the turn only if it is free and nobody is waiting for it."""
+        with self._cond:
+            if self._held or self._queue:
+                return False
+            self._held = True
+            return True
+
+    def release(self):
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """What a resident model must match to be reused: the model, its load options and
+    its speculative setup. ``spec=None`` (completions, which never draft) accepts any
+    speculative setup of the same model."""
+
+    model: str
+    nctx: int
+    ngl: int
+    compute: str | None
+    spec: tuple | None
+
+    def satisfied_by(self, resident):
+        if resident is None:
+            return False
+        same = (self.model, self.nctx, self.ngl, self.compute) == \
+               (resident.model, resident.nctx, resident.ngl, resident.compute)
+        return same and (self.spec is None or self.spec == resident.spec)
+
+
+class Lease:
+    """The turn on the resident Session; :meth:`release` (or leaving the ``with``
+    block) hands it to the next request. Releasing twice is harmless."""
+
+    def __init__(self, cache, session):
+        self.session = session
+        self._cache = cache
+        self._released = False
+
+    def release(self):
+        if not self._released:
+            self._released = True
+            self._cache._give_back()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class ModelCache:
+    """Holds at most one loaded Session (see the module doc).
+
+    ``keepalive``: seconds a model may stay idle before it is freed; 0 frees it after
+    every request, a negative value keeps it until the server stops.
+    """
+
+    def __init__(self, keepalive=300.0):
+        self.keepalive = keepalive
+        self.stopping = threading.Event()      # set at shutdown: answers in flight end
+        self._turn = TurnLock()
+        self._session = None
+        self._key = None
+        self._busy = False
+        self._last_used = time.monotonic()
+        self.loads = 0                          # models loaded since the start (/health)
+        self._wake = threading.Event()
+        self._closed = False
+        self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
+        self._reaper.start()
+
+    def lease(self, key, load):
+        """Wait for our turn, make sure the model for ``key`` is resident (calling
+        ``load()`` -> Session if it is not; the previous model is freed first), and
+        return a :class:`Lease` on it."""
+        self._turn.acquire()
+        try:
+            if self.stopping.is_set():
+                raise ApiError(503, "the server is shutting down", code="shutting_down")
+            self._busy = True
+            if not key.satisfied_by(self._key):
+                self._free("another model or load setting was requested")
+                log.info("loading %s", key.model)
+                self._session = load()
+                self._key = key
+                self.loads += 1
+            return Lease(self, self._session)
+        except BaseException:
+            self._give_back()
+            raise
+
+    def status(self):
+        """What /health reports about the resident model."""
+        session = self._session
+        idle = None if session is None or self._busy else round(time.monotonic() - self._last_used, 3)
+        return {"model": session.name if session else None,
+                "speculative": bool(session and session.speculative),
+                "idle_seconds": idle, "keepalive": self.keepalive, "loads": self.loads}
+
+    def stop(self):
+        """Make answers in flight end at their next step (shutdown begins)."""
+        self.stopping.set()
+
+    def close(self, timeout=30.0):
+        """Stop answering, wait for the turn, free the model, end the keepalive thread."""
+        self.stop()
+        self._closed = True
+        self._wake.set()
+        if self._turn.acquire(timeout):
+            try:
+                self._free("the server is stopping")
+            finally:
+                self._turn.release()
+        else:
+            log.warning("an answer did not end within %.0f s; leaving its model to the process exit", timeout)
+
+    # -- internals ----------------------------------------------------------------
+    def _give_back(self):
+        self._busy = False
+        self._last_used = time.monotonic()
+        if self.keepalive == 0:
+            self._free("keepalive is 0")
+        self._turn.release()
+        self._wake.set()
+
+    def _free(self, why):
+        if self._session is not None:
+            log.info("freeing %s (%s)", self._session.name, why)
+            session, self._session, self._key = self._session, None, None
+            session.close()
+
+    def _deadline(self):
+        if self._session is None or self._busy or self.keepalive <= 0:
+            return None
+        return self._last_used + self.keepalive
+
+    def _reap(self):
+        # Sleeps until the resident model's idle deadline (or a change), then frees it
+        # if nobody took or asked for the turn meanwhile.
+        while not self._closed:
+            deadline = self._deadline()
+            self._wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            self._wake.clear()
+            deadline = self._deadline()
+            if self._closed or deadline is None or time.monotonic() < deadline:
+                continue
+            if self._turn.try_acquire():
+                try:
+                    if self._deadline() is not None and time.monotonic() >= self._deadline():
+                        self._free(f"idle for {self.keepalive:g} s")
+                finally:
+                    self._turn.release()
+            else:
+                self._wake.wait(0.05)   # someone is about to use it; look again soon

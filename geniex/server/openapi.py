@@ -1,0 +1,109 @@
+"""The OpenAPI 3.1 document, generated from ``schemas/*.json`` so it cannot drift
+from what the server validates.
+
+Each schema file's ``$defs`` (and each request schema itself) become
+``components/schemas`` entries; references between files (``common.json#/$defs/X``)
+and inside one (``#/$defs/X``) are rewritten to ``#/components/schemas/X``.
+"""
+import copy
+from functools import lru_cache
+
+from geniex import __version__
+from geniex.server.validation import schemas
+
+# (method, path, summary, request schema title or None, response schema, streamed shape)
+ROUTES = [
+    ("post", "/v1/chat/completions", "Chat (OpenAI-compatible), with per-request speculative decoding",
+     "ChatCompletionRequest", "ChatCompletion", "ChatCompletionChunk"),
+    ("post", "/v1/completions", "Continue a raw prompt (no chat template, no speculation)",
+     "CompletionRequest", "Completion", "Completion"),
+    ("get", "/v1/models", "Models in the store, one entry per precision", None, "ModelList", None),
+    ("get", "/v1/models/{model}", "One stored model", None, "Model", None),
+    ("get", "/health", "Server status and the resident model", None, "Health", None),
+]
+
+DESCRIPTION = """\
+A local OpenAI-compatible server over llama.cpp (`geniex serve`). It never downloads:
+models come from the store (`geniex pull`). One model is resident at a time and
+requests are answered one at a time. The model is reloaded when `model`, `nctx`, `ngl`,
+`compute` or any `spec_*` field changes, and freed after `--keepalive` idle seconds.
+
+Header `GenieX-KeepCache: true` keeps the KV cache of the previous request, so a
+follow-up turn decodes only its new tokens; without it each request starts clean.
+
+Draft acceptance is in `usage.completion_tokens_details` (accepted/rejected prediction
+tokens) and in llama.cpp-style `timings` (`draft_n`, `draft_n_accepted`).
+"""
+
+
+def _refs_to_components(node):
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            if k == "$ref" and isinstance(v, str) and "#/$defs/" in v:
+                out[k] = "#/components/schemas/" + v.split("#/$defs/", 1)[1]
+            elif k not in ("$schema", "$id"):
+                out[k] = _refs_to_components(v)
+        return out
+    if isinstance(node, list):
+        return [_refs_to_components(v) for v in node]
+    return node
+
+
+def components():
+    """``components/schemas`` built from every schema file."""
+    found = {}
+    for file, schema in schemas().items():
+        schema = copy.deepcopy(schema)
+        defs = schema.pop("$defs", {})
+        if "properties" in schema:          # a request body schema
+            defs = {schema["title"]: schema, **defs}
+        for name, sub in defs.items():
+            if name in found:
+                raise ValueError(f"schema name {name} is defined twice ({file})")
+            found[name] = _refs_to_components(sub)
+    return found
+
+
+def _json(ref):
+    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}
+
+
+def _operation(summary, request_schema, response, streamed):
+    op = {"summary": summary, "responses": {}}
+    ok = {"description": "OK", "content": _json(response)}
+    if streamed:
+        ok["content"]["text/event-stream"] = {
+            "schema": {"type": "string", "description":
+                       f"With `stream: true`: `data: <{streamed} as JSON>` events, then `data: [DONE]`."}}
+    op["responses"]["200"] = ok
+    if request_schema:
+        op["requestBody"] = {"required": True, "content": _json(request_schema)}
+        op["parameters"] = [{"name": "GenieX-KeepCache", "in": "header", "required": False,
+                             "schema": {"type": "string", "enum": ["true", "false"]},
+                             "description": "`true` keeps the KV cache from the previous request."}]
+        op["responses"]["400"] = {"description": "Invalid request, or the prompt does not fit "
+                                  "(`context_length_exceeded`)", "content": _json("Error")}
+    op["responses"]["404"] = {"description": "Model (or draft model) not in the store", "content": _json("Error")}
+    return op
+
+
+@lru_cache(maxsize=None)
+def document():
+    """The whole OpenAPI document (a dict, built once)."""
+    paths = {}
+    for method, path, summary, request_schema, response, streamed in ROUTES:
+        op = _operation(summary, request_schema, response, streamed)
+        if "{model}" in path:
+            op.setdefault("parameters", []).append(
+                {"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
+                 "description": "`org/repo[:precision]`"})
+        if path == "/health" or path == "/v1/models":
+            op["responses"].pop("404")
+        paths.setdefault(path, {})[method] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "geniex local server", "version": __version__, "description": DESCRIPTION},
+        "paths": paths,
+        "components": {"schemas": components()},
+    }

@@ -1,0 +1,75 @@
+"""``/`` (-> the Swagger UI), ``/docs/``, ``/openapi.json`` and ``/health``.
+
+The Swagger UI files come from the flask-swagger-ui package's ``dist`` folder and are
+served from here, so the page works with no internet (no CDN, no online validator).
+"""
+from pathlib import Path
+
+import flask_swagger_ui
+from flask import Blueprint, Response, current_app, jsonify, redirect, send_from_directory, url_for
+
+from geniex.server import openapi
+
+bp = Blueprint("docs", __name__)
+
+SWAGGER_DIST = Path(flask_swagger_ui.__file__).parent / "dist"
+
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+  <meta charset="UTF-8">
+  <title>geniex local server</title>
+  <link rel="stylesheet" type="text/css" href="{base}/swagger-ui.css">
+  <link rel="stylesheet" type="text/css" href="{base}/index.css">
+  <link rel="icon" type="image/png" href="{base}/favicon-32x32.png" sizes="32x32">
+</head>
+<body>
+  <div id="swagger-ui"></div>
+  <script src="{base}/swagger-ui-bundle.js"></script>
+  <script src="{base}/swagger-ui-standalone-preset.js"></script>
+  <script>
+    window.onload = function () {{
+      window.ui = SwaggerUIBundle({{
+        url: "{spec}",
+        dom_id: "#swagger-ui",
+        deepLinking: true,
+        validatorUrl: null,
+        presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
+        plugins: [SwaggerUIBundle.plugins.DownloadUrl],
+        layout: "StandaloneLayout"
+      }});
+    }};
+  </script>
+</body>
+</html>
+"""
+
+
+@bp.get("/")
+def root():
+    """The API's home is its documentation."""
+    return redirect(url_for("docs.swagger_page"))
+
+
+@bp.get("/docs/")
+def swagger_page():
+    """The Swagger UI over :func:`openapi_json`, from local files."""
+    base = url_for("docs.swagger_page").rstrip("/")
+    return Response(PAGE.format(base=base, spec=url_for("docs.openapi_json")), mimetype="text/html")
+
+
+@bp.get("/docs/<path:name>")
+def swagger_file(name):
+    return send_from_directory(SWAGGER_DIST, name)
+
+
+@bp.get("/openapi.json")
+def openapi_json():
+    """The OpenAPI document, generated from ``schemas/``."""
+    return jsonify(openapi.document())
+
+
+@bp.get("/health")
+def health():
+    """``{"status": "ok", "model": <resident model or null>, ...}``."""
+    return jsonify({"status": "ok", **current_app.extensions["geniex.answerer"].cache.status()})

@@ -1,0 +1,48 @@
+"""``GET /v1/models`` and ``GET /v1/models/{model}``: what the store holds."""
+from flask import Blueprint, current_app, jsonify
+
+from geniex.errors import GenieXError, ModelNotFound
+from geniex.server.answering import NEVER_DOWNLOADS
+from geniex.server.validation import ApiError
+
+bp = Blueprint("models", __name__)
+
+
+def _model(model_id, runtime, type_, created=0):
+    owner = model_id.split("/", 1)[0] if "/" in model_id and not model_id.startswith("/") else "local"
+    return {"id": model_id, "object": "model", "created": created, "owned_by": owner,
+            "runtime": runtime, "type": type_}
+
+
+def _created(store, model_id):
+    # When the files arrived in the store; 0 if they cannot be read right now.
+    try:
+        files = store.resolve(model_id).files
+        return int(max(f.stat().st_mtime for f in files)) if files else 0
+    except (GenieXError, OSError):
+        return 0
+
+
+@bp.get("/v1/models")
+def list_models():
+    """One entry per stored precision (``org/repo:PRECISION``)."""
+    store = current_app.extensions["geniex.answerer"].store
+    data = []
+    for row in store.list_models():
+        for precision in row["precisions"]:
+            model_id = f"{row['name']}:{precision}"
+            data.append(_model(model_id, row["runtime"], row["type"], _created(store, model_id)))
+    return jsonify({"object": "list", "data": data})
+
+
+@bp.get("/v1/models/<anypath:model>")
+def get_model(model):
+    """One model, by any name the store resolves (``org/repo``, ``org/repo:P``, a GGUF path)."""
+    store = current_app.extensions["geniex.answerer"].store
+    try:
+        found = store.resolve(model)
+    except ModelNotFound as e:
+        raise ApiError(404, f"{e} {NEVER_DOWNLOADS}", param="model", code="model_not_found") from None
+    except GenieXError as e:            # e.g. a path that is not a GGUF file
+        raise ApiError(404, str(e), param="model", code="model_not_found") from None
+    return jsonify(_model(found.name, found.runtime, found.type, _created(store, found.name)))

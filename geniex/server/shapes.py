@@ -1,0 +1,104 @@
+"""OpenAI's response shapes (``schemas/responses.json`` documents them), built from
+an answer's text and its :class:`~geniex.engine.stats.Stats`."""
+import time
+import uuid
+
+from geniex import __version__, profile
+
+FINGERPRINT = f"geniex-{__version__}"
+
+# The loop's stop reasons -> OpenAI's finish_reason ("user" is a cancelled answer,
+# e.g. at shutdown: it ended on purpose, not for lack of room).
+_FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop",
+           "length": "length", "context_length": "length"}
+
+
+def finish_reason(stop):
+    """Stop reason of the loop -> ``stop`` | ``length``."""
+    return _FINISH.get(stop, "stop")
+
+
+def new_id(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def usage(stats):
+    """``usage`` of a response: OpenAI's counts, draft acceptance in the predicted-output
+    fields when drafts were made, and llama.cpp-style ``timings`` from
+    :func:`geniex.profile.timings` (which ``geniex run`` turns back into the profile)."""
+    body = {
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.decode_tokens,
+        "total_tokens": stats.prompt_tokens + stats.decode_tokens,
+        "prompt_tokens_details": {"cached_tokens": stats.prompt_reused},
+    }
+    if stats.drafted:
+        body["completion_tokens_details"] = {
+            "accepted_prediction_tokens": stats.accepted,
+            "rejected_prediction_tokens": stats.drafted - stats.accepted,
+        }
+    body["timings"] = profile.timings(stats)
+    return body
+
+
+class Envelope:
+    """The fields every object of one answer shares (id, created, model)."""
+
+    def __init__(self, kind, model):
+        self.kind = kind
+        self.id = new_id("chatcmpl" if kind.startswith("chat") else "cmpl")
+        self.created = int(time.time())
+        self.model = model
+
+    def wrap(self, obj, choices, **extra):
+        body = {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": FINGERPRINT, "choices": choices}
+        body.update(extra)
+        return body
+
+
+def chat_completion(env, text, stats, warnings=()):
+    """A whole ``chat.completion``."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": text},
+              "logprobs": None, "finish_reason": finish_reason(stats.stop_reason)}
+    body = env.wrap("chat.completion", [choice], usage=usage(stats), timings=profile.timings(stats))
+    if warnings:
+        body["warnings"] = list(warnings)
+    return body
+
+
+def completion(env, text, stats):
+    """A whole ``text_completion``."""
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(stats.stop_reason)}
+    return env.wrap("text_completion", [choice], usage=usage(stats), timings=profile.timings(stats))
+
+
+def chat_chunk(env, delta, finish=None, include_usage=False, stats=None, warnings=()):
+    """One ``chat.completion.chunk``. The finishing one (``stats`` given) carries
+    llama.cpp-style ``timings``; ``"usage": null`` is set when usage will follow, as
+    OpenAI does."""
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    return env.wrap("chat.completion.chunk", [choice], **_extras(include_usage, stats, warnings))
+
+
+def text_chunk(env, text, finish=None, include_usage=False, stats=None):
+    """One streamed ``text_completion``; the finishing one (``stats`` given) carries
+    ``timings``."""
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    return env.wrap("text_completion", [choice], **_extras(include_usage, stats))
+
+
+def usage_chunk(env, obj, stats):
+    """The last event before ``[DONE]`` with ``stream_options.include_usage``."""
+    return env.wrap(obj, [], usage=usage(stats))
+
+
+def _extras(include_usage, stats, warnings=()):
+    extra = {}
+    if include_usage:
+        extra["usage"] = None
+    if stats is not None:
+        extra["timings"] = profile.timings(stats)
+    if warnings:
+        extra["warnings"] = list(warnings)
+    return extra

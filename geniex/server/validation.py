@@ -1,0 +1,136 @@
+"""Request validation against ``schemas/*.json``, and OpenAI's error shape.
+
+Every error the server answers goes through :func:`as_api_error` (called by the one
+error handler in :mod:`geniex.server.app`), so all of them look like OpenAI's::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "...", "code": "..."}}
+
+A schema may carry ``"x-error"`` next to a rule: that text replaces jsonschema's own
+message when the rule fails (used where the generic message would not say what to do).
+"""
+import json
+import logging
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+from jsonschema.exceptions import best_match
+from referencing import Registry, Resource
+from werkzeug.exceptions import HTTPException
+
+from geniex.errors import (ContextLengthExceeded, GenieXError, LibraryError, ModelLoadError,
+                           ModelNotFound, UsageError)
+
+log = logging.getLogger("geniex.server")
+
+# The schemas live at the top of the source tree (the OpenAPI document refers to them).
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+
+_TYPES = {404: "not_found_error", 503: "service_unavailable_error"}
+
+
+class ApiError(Exception):
+    """An error answer: HTTP status, message, and OpenAI's ``param`` / ``code``."""
+
+    def __init__(self, status, message, param=None, code=None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def body(self):
+        """The JSON body in OpenAI's error shape."""
+        return {"error": {"message": self.message, "type": _TYPES.get(self.status, "invalid_request_error" if self.status < 500 else "server_error"),
+                          "param": self.param, "code": self.code}}
+
+
+@lru_cache(maxsize=None)
+def schemas():
+    """``{file name: schema}`` of every ``schemas/*.json`` (loaded once)."""
+    found = {p.name: json.loads(p.read_text()) for p in sorted(SCHEMA_DIR.glob("*.json"))}
+    if not found:
+        raise LibraryError(f"no request schemas in {SCHEMA_DIR}; is the source tree complete?")
+    return found
+
+
+@lru_cache(maxsize=None)
+def _validator(name):
+    registry = Registry().with_resources(
+        (file, Resource.from_contents(schema)) for file, schema in schemas().items())
+    schema = schemas()[name]
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, registry=registry)
+
+
+def validate(body, schema_name):
+    """Check a request body against ``schemas/<schema_name>``; raise a 400 ApiError
+    naming the first field at fault and what was expected."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_request_body")
+    error = best_match(_validator(schema_name).iter_errors(body))
+    if error is None:
+        return
+    where = list(error.absolute_path)
+    if error.validator == "required":
+        # jsonschema reports a missing field at its parent object: name the field.
+        where.append(next(f for f in error.validator_value if f not in error.instance))
+    param = field_path(where)
+    raise ApiError(400, f"{param or 'body'}: {_explain(error)}", param=param or None, code="invalid_value")
+
+
+def field_path(parts):
+    """``["messages", 0, "role"]`` -> ``"messages[0].role"``."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _explain(error):
+    custom = error.schema.get("x-error") if isinstance(error.schema, dict) else None
+    if custom:
+        return custom
+    if error.validator == "required":
+        return "required field is missing"
+    if error.validator == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return f"expected {' or '.join(wanted)}, got {_json_type(error.instance)} {json.dumps(error.instance)[:60]}"
+    if error.validator == "enum":
+        return f"expected one of {', '.join(json.dumps(v) for v in error.validator_value)}, got {json.dumps(error.instance)[:60]}"
+    return error.message
+
+
+def _json_type(value):
+    for name, kind in (("null", type(None)), ("boolean", bool), ("integer", int), ("number", float),
+                       ("string", str), ("array", list), ("object", dict)):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+# GenieXError subclasses -> (status, code); anything else a GenieXError is the
+# client's to fix (bad flag value, a template that refuses the conversation, ...).
+_STATUS = [
+    (ModelNotFound, 404, "model_not_found"),
+    (ContextLengthExceeded, 400, "context_length_exceeded"),
+    (UsageError, 400, "invalid_value"),
+    (ModelLoadError, 500, "model_load_failed"),
+    (LibraryError, 500, "library_error"),
+    (GenieXError, 400, None),
+]
+
+
+def as_api_error(exc):
+    """Any exception -> ApiError (the single mapping the error handler uses)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, HTTPException):
+        return ApiError(exc.code or 500, f"{exc.name}: {exc.description}",
+                        code=exc.name.lower().replace(" ", "_"))
+    for kind, status, code in _STATUS:
+        if isinstance(exc, kind):
+            return ApiError(status, str(exc), code=code)
+    log.exception("internal error")
+    return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
