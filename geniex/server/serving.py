@@ -56,7 +56,10 @@ def serve(config, host_value, announce=print):
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
     def stop(signum, frame):
-        # Let the answer in flight end now, then make waitress leave its loop.
+        # Let the answer in flight end now, then make waitress leave its loop. A
+        # second signal while stopping is ignored: the shutdown is already bounded.
+        if cache.stopping.is_set():
+            return
         cache.stop()
         raise KeyboardInterrupt
 

@@ -1,0 +1,111 @@
+"""A real ``geniex serve`` in a subprocess on a free loopback port, for the server and
+``run`` tests. ``--host 127.0.0.1:0`` lets the OS pick the port; the server prints
+the address it got on its first line."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import jsonschema
+import requests
+from referencing import Registry, Resource
+
+from geniex.server.validation import schemas
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = "demo/SmolLM2-135M-Instruct:Q4_1"
+
+
+class Server:
+    """``python -m geniex serve`` with its own data dir; use as a context manager."""
+
+    def __init__(self, data_dir, *args, env=None, timeout=30):
+        full_env = dict(os.environ)
+        full_env.update({"GENIEX_DATADIR": str(data_dir), "PYTHONUNBUFFERED": "1"})
+        full_env.pop("GENIEX_LOG", None)
+        full_env.pop("GENIEX_HOST", None)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "geniex", "--log", "info", "serve", "--host", "127.0.0.1:0", *map(str, args)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT)
+        self._stderr = []
+        threading.Thread(target=self._drain, daemon=True).start()
+        line = self._first_line(timeout)
+        match = re.search(r"http://[\d.]+:\d+", line)
+        if not match:
+            self.stop()
+            raise RuntimeError(f"the server did not start: {line!r}\n{self.stderr}")
+        self.url = match.group(0)
+        self.host = self.url[len("http://"):]
+        self.returncode = None
+
+    def _first_line(self, timeout):
+        box = []
+        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        return box[0] if box else ""
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self):
+        return "".join(self._stderr)
+
+    # -- HTTP helpers ----------------------------------------------------------------
+    def get(self, path, **kw):
+        return requests.get(self.url + path, timeout=60, **kw)
+
+    def post(self, path, body, **kw):
+        return requests.post(self.url + path, json=body, timeout=120, **kw)
+
+    def chat(self, body, **kw):
+        return self.post("/v1/chat/completions", body, **kw)
+
+    def health(self):
+        return self.get("/health").json()
+
+    def stream(self, path, body, **kw):
+        """POST with ``stream: true``; returns the decoded events (``[DONE]`` seen)."""
+        with requests.post(self.url + path, json={**body, "stream": True}, stream=True, timeout=120, **kw) as r:
+            assert r.status_code == 200, r.text
+            assert r.headers["Content-Type"].startswith("text/event-stream")
+            lines = [line for line in r.iter_lines(decode_unicode=True) if line]
+        assert lines[-1] == "data: [DONE]", lines[-3:]
+        return [json.loads(line[5:]) for line in lines if line.startswith("data:") and "[DONE]" not in line]
+
+    # -- stopping ----------------------------------------------------------------------
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        """Signal the server and wait for it; returns its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.returncode = self.proc.returncode
+        return self.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def chat_body(content="Say hello.", model=DEMO, max_tokens=8, **extra):
+    return {"model": model, "messages": [{"role": "user", "content": content}],
+            "max_completion_tokens": max_tokens, **extra}
+
+
+def check_shape(obj, name):
+    """Validate a response object against ``schemas/responses.json#/$defs/<name>``."""
+    registry = Registry().with_resources((f, Resource.from_contents(s)) for f, s in schemas().items())
+    jsonschema.Draft202012Validator({"$ref": f"responses.json#/$defs/{name}"}, registry=registry).validate(obj)

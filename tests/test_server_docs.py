@@ -1,0 +1,63 @@
+"""The Swagger UI and the OpenAPI document: served from local files (no internet), and
+generated from ``schemas/`` so they cannot drift from what the server validates."""
+import re
+
+import pytest
+
+from geniex.server import openapi
+from geniex.server.validation import schemas
+from serverproc import Server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("docs-data")) as s:
+        yield s
+
+
+def test_root_redirects_to_the_swagger_ui(server):
+    r = server.get("/", allow_redirects=False)
+    assert r.status_code in (301, 302, 308) and r.headers["Location"].endswith("/docs/")
+    assert server.get("/").url == server.url + "/docs/"
+
+
+def test_swagger_page_and_every_asset_it_names_are_local(server):
+    page = server.get("/docs/").text
+    assert "SwaggerUIBundle" in page and "validatorUrl: null" in page
+    assert not re.search(r"(src|href)=\"(https?:)?//", page)            # no CDN
+    assets = re.findall(r"(?:src|href)=\"([^\"]+)\"", page)
+    assert {"/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css"} <= set(assets)
+    for asset in assets:
+        r = server.get(asset)
+        assert r.status_code == 200 and len(r.content) > 100, asset
+    spec_url = re.search(r'url: "([^"]+)"', page).group(1)
+    assert server.get(spec_url).json()["openapi"].startswith("3.1")
+
+
+def test_openapi_document_is_valid_and_served(server):
+    served = server.get("/openapi.json").json()
+    assert served == openapi.document()
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(served)
+
+
+def test_openapi_document_follows_the_schema_files(server):
+    doc = server.get("/openapi.json").json()
+    components = doc["components"]["schemas"]
+    for file, title, path in (("chat_completions.request.json", "ChatCompletionRequest", "/v1/chat/completions"),
+                              ("completions.request.json", "CompletionRequest", "/v1/completions")):
+        assert set(components[title]["properties"]) == set(schemas()[file]["properties"])
+        ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref == f"#/components/schemas/{title}"
+    assert {"spec_type", "spec_draft_model", "spec_n_max", "spec_n_min", "spec_p_min"} <= \
+        set(components["ChatCompletionRequest"]["properties"])
+    assert components["ChatCompletionRequest"]["properties"]["spec_n_max"]["default"] == 3
+    sampling = components["SamplingFields"]["properties"]
+    assert {"top_k", "min_p", "repetition_penalty"} <= set(sampling)
+    assert {"nctx", "ngl", "compute"} <= set(components["LoadFields"]["properties"])
+    # Every reference points inside the document.
+    text = str(doc)
+    for ref in re.findall(r"'\$ref': '([^']+)'", text):
+        assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in components, ref
+    assert set(doc["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models",
+                                 "/v1/models/{model}", "/health"}

@@ -1,0 +1,112 @@
+"""Per-request speculative decoding through the server: ``spec_*`` fields on the demo
+model (n-gram and draft-simple) and on the tiny Gemma-4 MTP pair, acceptance in
+``usage``, output identical to plain decoding, and setup failures that fall back."""
+import pytest
+
+from serverproc import DEMO, Server, chat_body
+
+REPEAT = chat_body("Repeat exactly: the cat sat on the mat. the cat sat on the mat. "
+                   "the cat sat on the mat.", max_tokens=40)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("spec-data")) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def plain(server):
+    """The greedy answer without speculation (speculation must not change it)."""
+    return server.chat(REPEAT).json()
+
+
+def answer(r):
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"]
+
+
+def acceptance(usage):
+    """(drafted, accepted), checked to agree between OpenAI's and llama.cpp's fields."""
+    timings = usage["timings"]
+    details = usage.get("completion_tokens_details")
+    if timings["draft_n"]:
+        assert details["accepted_prediction_tokens"] == timings["draft_n_accepted"]
+        assert details["rejected_prediction_tokens"] == timings["draft_n"] - timings["draft_n_accepted"]
+    else:
+        assert details is None
+    return timings["draft_n"], timings["draft_n_accepted"]
+
+
+def test_plain_has_no_acceptance_fields(plain):
+    assert acceptance(plain["usage"]) == (0, 0)
+
+
+@pytest.mark.parametrize("spec", [
+    {"spec_type": "ngram-mod"},
+    {"spec_type": "ngram-simple", "spec_n_max": 5},
+    {"spec_type": "draft-simple", "spec_draft_model": DEMO},
+    {"spec_type": "ngram-mod,draft-simple", "spec_draft_model": DEMO, "spec_n_max": 4, "spec_n_min": 1},
+])
+def test_speculation_on_the_demo_model(server, plain, spec):
+    r = server.chat({**REPEAT, **spec})
+    assert answer(r) == plain["choices"][0]["message"]["content"]
+    drafted, accepted = acceptance(r.json()["usage"])
+    assert drafted > 0 and accepted > 0
+    assert r.json()["usage"]["timings"]["steps"] < plain["usage"]["timings"]["steps"]
+    assert server.health()["speculative"]
+
+
+def test_draft_simple_with_itself_accepts_everything(server):
+    usage = server.chat({**REPEAT, "spec_type": "draft-simple", "spec_draft_model": DEMO}).json()["usage"]
+    drafted, accepted = acceptance(usage)
+    assert drafted == accepted > 0
+
+
+def test_streamed_speculation_reports_acceptance_in_the_usage_chunk(server, plain):
+    body = {**REPEAT, "spec_type": "ngram-mod", "stream_options": {"include_usage": True}}
+    events = server.stream("/v1/chat/completions", body)
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == plain["choices"][0]["message"]["content"]
+    usage = events[-1]["usage"]
+    assert acceptance(usage)[0] > 0
+    assert events[-2]["timings"]["draft_n"] == usage["timings"]["draft_n"]
+
+
+def test_completions_never_draft_even_on_a_speculative_model(server):
+    server.chat({"model": DEMO, "messages": [], "spec_type": "ngram-mod"})
+    loads = server.health()["loads"]
+    r = server.post("/v1/completions", {"model": DEMO, "prompt": "a b a b a b a b a b", "max_tokens": 12}).json()
+    assert r["usage"]["timings"]["draft_n"] == 0 and "completion_tokens_details" not in r["usage"]
+    assert server.health()["loads"] == loads
+
+
+def test_setup_failure_falls_back_to_plain_decoding(server, plain):
+    for spec in ({"spec_type": "bogus"}, {"spec_type": "draft-mtp", "spec_draft_model": DEMO}):
+        r = server.chat({**REPEAT, **spec})
+        assert answer(r) == plain["choices"][0]["message"]["content"]
+        assert acceptance(r.json()["usage"]) == (0, 0)
+        assert not server.health()["speculative"]
+    assert "speculative decoding setup failed; falling back to plain decoding" in server.stderr
+
+
+def test_draft_mtp_on_the_tiny_gemma4_pair(server, tiny):
+    for target, assistant in (tiny["pair"], tiny["aligned"]):
+        body = {"model": str(target), "messages": [{"role": "user", "content": "The capital of France is"}],
+                "max_completion_tokens": 24}
+        base = server.chat(body)
+        r = server.chat({**body, "spec_type": "draft-mtp", "spec_draft_model": str(assistant), "spec_n_max": 3})
+        assert answer(r) == answer(base)
+        assert server.health()["speculative"]
+        drafted, accepted = acceptance(r.json()["usage"])
+        assert drafted > 0
+    assert accepted > 0          # the aligned pair's draft agrees with its target
+
+
+def test_mismatched_mtp_pair_falls_back_without_crashing(server, tiny):
+    target, draft, _reason = tiny["mismatched"]["width"]
+    body = {"model": str(target), "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 4,
+            "spec_type": "draft-mtp", "spec_draft_model": str(draft)}
+    r = server.chat(body)
+    assert r.status_code == 200 and not server.health()["speculative"]
+    assert server.chat(chat_body(max_tokens=2)).status_code == 200        # the server lives on
