@@ -61,3 +61,32 @@ def test_openapi_document_follows_the_schema_files(server):
         assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in components, ref
     assert set(doc["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models",
                                  "/v1/models/{model}", "/health"}
+
+
+# -- the application factory, in process (no model is loaded by these) -------------------
+
+
+def test_create_app_cors_with_a_list_of_origins(tmp_path):
+    from geniex.server.app import ServerConfig, create_app
+    app = create_app(ServerConfig(data_dir=tmp_path, origins="http://a.test, http://b.test"))
+    try:
+        client = app.test_client()
+        r = client.get("/v1/models", headers={"Origin": "http://b.test"})
+        assert r.headers["Access-Control-Allow-Origin"] == "http://b.test" and "Origin" in r.headers["Vary"]
+        r = client.get("/v1/models", headers={"Origin": "http://evil.test"})
+        assert "Access-Control-Allow-Origin" not in r.headers
+        r = client.post("/v1/chat/completions", json={"model": 3, "messages": []})
+        assert r.status_code == 400 and r.json["error"]["param"] == "model"
+    finally:
+        app.extensions["geniex.answerer"].cache.close()
+
+
+def test_parse_host():
+    from geniex.errors import UsageError
+    from geniex.server.serving import parse_host
+    assert parse_host("127.0.0.1:18181") == ("127.0.0.1", 18181)
+    assert parse_host("[::1]:8080") == ("::1", 8080)
+    assert parse_host("0.0.0.0:0") == ("0.0.0.0", 0)
+    for bad in ("localhost", "127.0.0.1:http", "127.0.0.1:70000"):
+        with pytest.raises(UsageError, match="expected HOST:PORT"):
+            parse_host(bad)

@@ -9,6 +9,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from geniex import profile
 from geniex.cli.options import spec_types
 from geniex.engine.chat import ChatTemplate
 from geniex.engine.loop import GenOptions
@@ -76,6 +77,9 @@ class Answer:
         return "".join(self.pieces())
 
     def close(self):
+        """Hand the model to the next request (once), logging the answer's profile."""
+        if self.stats.stop_reason and not self.lease.released:
+            log.info("%s: %s (stop: %s)", self.model, profile.line(self.stats), self.stats.stop_reason)
         self.lease.release()
 
     def __enter__(self):

@@ -79,11 +79,11 @@ class Lease:
     def __init__(self, cache, session):
         self.session = session
         self._cache = cache
-        self._released = False
+        self.released = False
 
     def release(self):
-        if not self._released:
-            self._released = True
+        if not self.released:
+            self.released = True
             self._cache._give_back()
 
     def __enter__(self):
