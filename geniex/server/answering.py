@@ -13,7 +13,7 @@ from geniex import profile
 from geniex.cli.options import spec_types
 from geniex.engine.chat import ChatTemplate
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+from geniex.engine.runtime import LoadOptions, SpecOptions, open_session
 from geniex.engine.sampling import SamplingParams
 from geniex.errors import ContextLengthExceeded, GenieXError, ModelNotFound
 from geniex.server.cache import CacheKey
@@ -147,6 +147,7 @@ class Answerer:
             target = self.store.resolve(name)
         except ModelNotFound as e:
             raise ApiError(404, f"{e} {NEVER_DOWNLOADS}", param="model", code="model_not_found") from None
+        # open_session refuses these too, but only after the resident model was freed.
         if target.runtime != "llama_cpp":
             raise ApiError(400, f"{target.name} is a {target.runtime} model; this server runs GGUF models "
                            "(llama_cpp runtime) only", param="model", code="unsupported_model")
@@ -184,7 +185,7 @@ class Answerer:
         # model has (it does not draft), rather than reloading the model without one.
         key = CacheKey(target.name, options.nctx, options.ngl, options.compute,
                        None if spec is None else spec.key())
-        return self.cache.lease(key, lambda: Session(target.path, options, name=target.name))
+        return self.cache.lease(key, lambda: open_session(target, options))
 
     @staticmethod
     def _gen_options(body, max_tokens):
