@@ -1,0 +1,176 @@
+"""Server pieces in process, without a model: SSE bodies, the turn lock, the model
+cache's key and keepalive (with a stand-in session), and request validation."""
+import threading
+import time
+
+import pytest
+
+from geniex.server import sse
+from geniex.server.cache import CacheKey, ModelCache, TurnLock
+from geniex.server.validation import ApiError, as_api_error, field_path, validate
+
+
+class FakeSession:
+    def __init__(self, name):
+        self.name = name
+        self.speculative = False
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def key(model="m", nctx=4096, spec=()):
+    return CacheKey(model, nctx, -1, None, spec)
+
+
+# -- SSE ---------------------------------------------------------------------------------
+
+
+def test_event_stream_runs_on_close_once_and_ends_with_done():
+    closed = []
+    body = list(sse.EventStream(iter([{"a": 1}, {"b": "é"}]), lambda: closed.append(1), lambda e: {}))
+    assert body == [b'data: {"a": 1}\n\n', 'data: {"b": "é"}\n\n'.encode(), b"data: [DONE]\n\n"]
+    assert closed == [1]
+    assert list(sse.iter_events(b"".join(body).decode().splitlines())) == [{"a": 1}, {"b": "é"}]
+
+
+def test_event_stream_reports_a_failure_as_a_last_event():
+    def events():
+        yield {"n": 1}
+        raise RuntimeError("boom")
+    closed = []
+    stream = sse.EventStream(events(), lambda: closed.append(1), lambda e: as_api_error(e).body())
+    out = list(sse.iter_events(b"".join(stream).decode().splitlines()))
+    assert out[0] == {"n": 1} and out[1]["error"]["message"] == "internal error: RuntimeError: boom"
+    assert closed == [1]
+
+
+def test_event_stream_closed_before_or_during_iteration_releases():
+    closed = []
+    sse.EventStream(iter([{"a": 1}]), lambda: closed.append("never iterated"), None).close()
+    stream = sse.EventStream(iter([{"a": 1}, {"a": 2}]), lambda: closed.append("hung up"), None)
+    it = iter(stream)
+    next(it)
+    stream.close()          # what the WSGI server does when the client goes away
+    it.close()
+    assert closed == ["never iterated", "hung up"]
+
+
+# -- the turn lock and the cache ---------------------------------------------------------
+
+
+def test_turn_lock_serves_waiters_in_arrival_order():
+    lock = TurnLock()
+    lock.acquire()
+    order = []
+
+    def waiter(i):
+        lock.acquire()
+        order.append(i)
+        lock.release()
+
+    threads = []
+    for i in range(5):
+        t = threading.Thread(target=waiter, args=(i,))
+        t.start()
+        threads.append(t)
+        time.sleep(0.02)        # arrive one after another
+    assert not lock.try_acquire()
+    lock.release()
+    for t in threads:
+        t.join(5)
+    assert order == [0, 1, 2, 3, 4]
+    assert lock.try_acquire() and not lock.acquire(timeout=0.05)
+
+
+def test_cache_key():
+    assert key().satisfied_by(key())
+    assert not key().satisfied_by(None)
+    assert not key(nctx=1024).satisfied_by(key())
+    assert not key(spec=(("ngram-mod",),)).satisfied_by(key())
+    assert CacheKey("m", 4096, -1, None, None).satisfied_by(key(spec=(("ngram-mod",),)))   # completions
+
+
+def test_cache_reloads_on_a_new_key_and_frees_the_old_model_first():
+    cache = ModelCache(keepalive=-1)
+    try:
+        made = []
+
+        def load(name):
+            assert all(s.closed for s in made)      # one model resident at a time
+            made.append(FakeSession(name))
+            return made[-1]
+
+        with cache.lease(key("a"), lambda: load("a")) as lease:
+            assert lease.session is made[0]
+        with cache.lease(key("a"), lambda: load("again")):
+            pass
+        assert len(made) == 1 and cache.loads == 1
+        with cache.lease(key("b"), lambda: load("b")):
+            pass
+        assert made[0].closed and not made[1].closed and cache.loads == 2
+    finally:
+        cache.close()
+    assert made[1].closed
+
+
+def test_cache_keepalive():
+    cache = ModelCache(keepalive=0.2)
+    try:
+        with cache.lease(key(), lambda: FakeSession("m")) as lease:
+            session = lease.session
+            time.sleep(0.4)
+            assert not session.closed               # never freed while in use
+        assert cache.status()["model"] == "m"
+        deadline = time.monotonic() + 3
+        while not session.closed and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert session.closed and cache.status()["model"] is None
+    finally:
+        cache.close()
+
+    zero = ModelCache(keepalive=0)
+    with zero.lease(key(), lambda: FakeSession("m")) as lease:
+        pass
+    assert lease.session.closed
+    zero.close()
+
+
+def test_cache_refuses_new_work_once_stopping():
+    cache = ModelCache()
+    cache.stop()
+    with pytest.raises(ApiError) as e:
+        cache.lease(key(), lambda: FakeSession("m"))
+    assert e.value.status == 503
+    cache.close()
+
+
+def test_a_failed_load_hands_the_turn_on():
+    cache = ModelCache()
+
+    def boom():
+        raise RuntimeError("no")
+    with pytest.raises(RuntimeError):
+        cache.lease(key(), boom)
+    with cache.lease(key(), lambda: FakeSession("m")) as lease:
+        assert lease.session.name == "m"
+    cache.close()
+
+
+# -- validation ----------------------------------------------------------------------------
+
+
+def test_field_path():
+    assert field_path(["messages", 0, "content", 1, "text"]) == "messages[0].content[1].text"
+    assert field_path([]) == ""
+
+
+def test_validation_accepts_a_full_request():
+    validate({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5,
+              "stop": "x", "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.5,
+              "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.1,
+              "frequency_penalty": 0.1, "seed": 1, "nctx": 1024, "ngl": -1, "compute": "cpu",
+              "spec_type": "draft-mtp", "spec_draft_model": "a/b:Q4_0", "spec_n_max": 3, "spec_n_min": 0,
+              "spec_p_min": 0.5, "spec_ngram_n": 2, "spec_ngram_min": 1, "spec_ngram_max": 4},
+             "chat_completions.request.json")
