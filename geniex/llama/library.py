@@ -87,9 +87,14 @@ def candidates():
     env = os.environ.get("GENIEX_LLAMA_LIB")
     if env:
         found.append(("GENIEX_LLAMA_LIB", Path(env)))
-    lib_dir = Path(os.environ.get("GENIEX_LIB_DIR") or Path(__file__).resolve().parents[2] / "lib")
-    for name in LIB_NAMES.get(sys.platform, LIB_NAMES["linux"]):
-        found.append(("lib/", lib_dir / name))
+    if os.environ.get("GENIEX_LIB_DIR"):
+        lib_dirs = [Path(os.environ["GENIEX_LIB_DIR"])]
+    else:
+        # The checkout's lib/ (editable installs, running from the source tree), then ./lib.
+        lib_dirs = [Path(__file__).resolve().parents[2] / "lib", Path.cwd() / "lib"]
+    for lib_dir in dict.fromkeys(lib_dirs):
+        for name in LIB_NAMES.get(sys.platform, LIB_NAMES["linux"]):
+            found.append(("lib/", lib_dir / name))
     spec = importlib.util.find_spec("xllamacpp")
     if spec and spec.submodule_search_locations:
         for entry in Path(list(spec.submodule_search_locations)[0]).glob("xllamacpp*.so"):

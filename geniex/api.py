@@ -1,0 +1,46 @@
+"""A small Python API over the engine, for notebooks and debuggers.
+
+    import geniex.api as gx
+    session = gx.load("demo", spec_type="ngram-mod")
+    for step in gx.steps(session, "Repeat: the quick brown fox", max_tokens=32):
+        print(step.n_past, step.drafted, step.target, step.accepted, step.committed)
+
+Each :class:`~geniex.engine.loop.Step` is one target decode of the accept loop; a
+breakpoint inside the ``for`` stops between steps with the loop's state in hand.
+"""
+from geniex import config
+from geniex.engine.chat import Conversation
+from geniex.engine.loop import GenOptions
+from geniex.engine.runtime import LoadOptions, SpecOptions, open_session
+from geniex.engine.sampling import SamplingParams
+
+
+def load(model="demo", *, spec_type="", draft_model="", draft_tokens=3, draft_min=0, draft_p_min=0.0,
+         nctx=4096, ngl=-1, compute=None, threads=0, data_dir=None):
+    """Open a Session on a store name or GGUF path, with optional speculative decoding.
+
+    Names resolve through the same store as the CLI (nothing is downloaded here: pull
+    with ``geniex pull`` first).
+    """
+    from geniex.store import Store
+    store = Store(config.data_dir(data_dir))
+    resolved = store.resolve(model)
+    draft_path = store.resolve(draft_model).path if draft_model else None
+    types = tuple(t.strip() for t in spec_type.split(",") if t.strip()) if spec_type else ()
+    spec = SpecOptions(types=types, draft_model=draft_model, draft_path=draft_path, n_max=draft_tokens,
+                       n_min=draft_min, p_min=draft_p_min)
+    return open_session(resolved, LoadOptions(nctx=nctx, ngl=ngl, compute=compute, threads=threads, spec=spec))
+
+
+def chat(session, system_prompt=None):
+    """A :class:`~geniex.engine.chat.Conversation` on ``session``."""
+    return Conversation(session, system_prompt)
+
+
+def steps(session, prompt, *, max_tokens=256, stop=(), temperature=0.0, seed=0, **sampling):
+    """Answer one chat turn, yielding each loop Step; the last has ``.stop`` set."""
+    conv = Conversation(session)
+    opts = GenOptions(max_tokens=max_tokens, stop=tuple(stop),
+                      sampling=SamplingParams(temperature=temperature, seed=seed, **sampling))
+    gen = conv.ask(prompt, opts)
+    yield from gen
