@@ -118,3 +118,14 @@ def test_version_names_the_library(cli):
     assert proc.returncode == 0
     assert "geniex 0." in proc.stdout and "xllamacpp" in proc.stdout and "b11549" in proc.stdout
     assert "system info:" in proc.stdout
+
+
+def test_llama_cpp_log_is_silent_by_default_and_shown_with_log(cli):
+    quiet = cli("infer", "-p", "hi", "--max-tokens", "2")
+    assert "llama_model_loader" not in quiet.stderr and "llama.cpp" not in quiet.stderr
+    loud = cli("infer", "-p", "hi", "--max-tokens", "2", "--log", "info")
+    assert "geniex.llama.cpp: llama_model_loader" in loud.stderr
+    env = cli("infer", "-p", "hi", "--max-tokens", "2", env={"GENIEX_LOG": "debug"})
+    assert "llama_model_loader" in env.stderr
+    bad = cli("infer", "-p", "hi", "--log", "loud")
+    assert bad.returncode == 2 and "unknown log level" in bad.stderr

@@ -147,8 +147,9 @@ def _log_bridge(level, text, _user):
 def native_stderr():
     """Route what the library writes straight to stderr (a few MTP code paths print
     with fprintf instead of the log callback) into the ``geniex.llama.cpp`` logger, so
-    the CLI's output stays clean unless ``--log`` asks for it."""
-    if _native_log.isEnabledFor(logging.DEBUG):
+    the CLI's output stays clean unless ``--log`` asks for it. Only while that log is
+    silent: otherwise our own log handler (also on fd 2) would be swallowed too."""
+    if _native_log.isEnabledFor(logging.CRITICAL):
         yield
         return
     sys.stderr.flush()
