@@ -84,7 +84,7 @@ class Session:
         if options.spec.enabled:
             from geniex.speculative import setup
             self.drafter, self.spec_notes = setup.build(self, options.spec)
-        self.batch = Batch(max(512, options.spec.n_max + 1))
+        self.batch = Batch(max(512, (self.drafter.cap if self.drafter else 0) + 1))
         self._warm_up()
 
     def _warm_up(self):
@@ -120,9 +120,12 @@ class Session:
 
     def generate(self, prompt_tokens, opts, cancel=None, speculative=True):
         """Start answering; returns a :class:`Generation` to iterate."""
-        opts.n_max = self.options.spec.n_max
+        drafter = self.drafter if speculative else None
+        # Each drafter caps its own drafts (--draft-tokens for model drafters, the n-gram
+        # maximum for n-gram methods); the loop needs the largest.
+        opts.n_max = drafter.cap if drafter is not None else 0
         opts.n_min = self.options.spec.n_min
-        return Generation(self, prompt_tokens, opts, self.drafter if speculative else None, cancel)
+        return Generation(self, prompt_tokens, opts, drafter, cancel)
 
     @property
     def speculative(self):

@@ -30,6 +30,7 @@ class Drafter:
     """Base class: a drafter that never proposes anything."""
 
     name = "none"
+    cap = 0          # the most tokens this drafter proposes in one step
 
     def begin(self, history, n_past, target_row):
         """A new answer starts from ``history`` (see the module docstring)."""
@@ -51,6 +52,7 @@ class DrafterChain(Drafter):
     def __init__(self, drafters):
         self.drafters = list(drafters)
         self.name = ",".join(d.name for d in self.drafters)
+        self.cap = max(d.cap for d in self.drafters)
 
     def begin(self, history, n_past, target_row):
         for d in self.drafters:

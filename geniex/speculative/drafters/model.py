@@ -23,6 +23,7 @@ class DraftModelDrafter(Drafter):
                            n_threads=session.threads, n_threads_batch=session.threads_batch)
         self.batch = Batch(cap)
         self.n_max, self.p_min = n_max, p_min
+        self.cap = n_max
         self.kv = []
 
     def begin(self, history, n_past, target_row):

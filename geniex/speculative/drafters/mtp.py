@@ -50,6 +50,7 @@ class MtpDrafter(Drafter):
         self._h_ptr = self.batch.embd.ctypes.data      # draft row 0's embedding slot
         self.have_h = False
         self.n_max, self.p_min = n_max, p_min
+        self.cap = n_max
 
     def _stage(self, ctx_ptr, row):
         """Copy a hidden-state row from a context into the draft batch (no allocation)."""

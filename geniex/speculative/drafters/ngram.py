@@ -36,6 +36,7 @@ class _Indexed(Drafter):
     def __init__(self, name, n, n_min, n_max):
         self.name = name
         self.n, self.n_min, self.n_max = n, n_min, n_max
+        self.cap = n_max
         self.indexed = 0   # history positions whose n-gram ending there has been indexed
 
     def begin(self, history, n_past, target_row):
