@@ -178,7 +178,11 @@ def steps(session, prompt_tokens, opts, drafter=None, cancel=None, stats=None):
             stats.ttft = t2 - t_start
         if not stop:
             drafter.observe(history, n_past, len(target) - 1, examined, accepted)
-        yield Step(index, n_past - len(target), pending, list(tokens), draft.probs, draft.method,
+        # What was verified: a draft cut to ``room`` or dropped by ``n_min`` keeps only the
+        # probabilities of the tokens in the batch; a lone drafter leaves ``method`` unset.
+        probs = list(draft.probs[:len(tokens)]) if tokens and draft.probs is not None else None
+        method = (draft.method or drafter.name) if tokens else ""
+        yield Step(index, n_past - len(target), pending, list(tokens), probs, method,
                    target, accepted, committed, "".join(text), t1 - t0, t2 - t1, stop)
         index += 1
     tail = stream.flush()
