@@ -38,8 +38,9 @@ def check_mtp_pair(target, draft, target_name, draft_name):
     want_width = draft.arch_key("embedding_length_out")
     width = target.arch_key("embedding_length")
     if want_width != width:
-        raise SpecSetupError(f"{where}: the draft expects a target of width {want_width}; "
-                             f"this target has width {width}")
+        raise SpecSetupError(f"{where}: the draft expects a target of width {want_width} "
+                             f"(its embedding_length_out); this target has width {width} "
+                             f"(embedding_length)")
     dv, tv = _vocab_size(draft), _vocab_size(target)
     if dv != tv:
         raise SpecSetupError(f"{where}: the draft's vocabulary has {dv} tokens; the target's has {tv}")
