@@ -11,6 +11,7 @@ message when the rule fails (used where the generic message would not say what t
 import json
 import logging
 from functools import lru_cache
+import sysconfig
 from pathlib import Path
 
 import jsonschema
@@ -24,7 +25,16 @@ from geniex.errors import (ContextLengthExceeded, GenieXError, LibraryError, Mod
 log = logging.getLogger("geniex.server")
 
 # The schemas live at the top of the source tree (the OpenAPI document refers to them).
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+def _schema_dir():
+    # A source checkout (editable install, tests) keeps them at the top of the tree; a
+    # regular install puts them under <prefix>/share/geniex/schemas (setup.cfg data_files).
+    here = Path(__file__).resolve().parents[2] / "schemas"
+    if here.is_dir():
+        return here
+    return Path(sysconfig.get_path("data")) / "share" / "geniex" / "schemas"
+
+
+SCHEMA_DIR = _schema_dir()
 
 _TYPES = {404: "not_found_error", 503: "service_unavailable_error"}
 
