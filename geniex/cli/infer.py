@@ -1,9 +1,9 @@
 """``geniex infer [MODEL]``: answer ``-p`` prompts, or chat interactively without ``-p``."""
 import logging
-import signal
 import sys
 
 from geniex import config, profile
+from geniex.cli import console
 from geniex.cli.options import add_model_flags, gen_options, load_options, spec_types
 from geniex.engine.chat import Conversation
 from geniex.engine.runtime import open_session
@@ -11,8 +11,6 @@ from geniex.errors import GenieXError, UsageError
 from geniex.speculative.setup import FALLBACK
 
 log = logging.getLogger("geniex.cli")
-
-HELP = "commands: /clear forgets the conversation, /bye (or Ctrl-D) quits; Ctrl-C ends an answer"
 
 
 def register(sub):
@@ -28,31 +26,6 @@ def register(sub):
     p.add_argument("--spec-trace", metavar="FILE", help="write one JSON line per decoding step ('-' = stderr)")
     add_model_flags(p)
     p.set_defaults(func=run)
-
-
-class _CtrlC:
-    """First Ctrl-C during an answer ends that answer (stop reason ``user``); outside an
-    answer, or a second time, it interrupts the program."""
-
-    def __init__(self):
-        self.answering = False
-        self.pressed = False
-
-    def __enter__(self):
-        self._old = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        signal.signal(signal.SIGINT, self._old)
-
-    def _handle(self, signum, frame):
-        if self.answering and not self.pressed:
-            self.pressed = True
-            return
-        raise KeyboardInterrupt
-
-    def cancelled(self):
-        return self.pressed
 
 
 def _resolve_models(args, store):
@@ -73,29 +46,11 @@ def _resolve_models(args, store):
     return model, draft_path
 
 
-def _read_input(path):
-    try:
-        if path == "-":
-            return sys.stdin.read()
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise UsageError(f"--input {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"--input {path}: not UTF-8 text") from None
-
-
 def run(args):
     """Entry point of ``geniex infer``."""
     from geniex.store import Store
     opts = gen_options(args)
-    prompts = list(args.prompt)
-    if args.input:
-        text = _read_input(args.input)
-        if prompts:
-            prompts[0] = prompts[0] + "\n\n" + text
-        else:
-            prompts = [text]
+    turns = console.prompts(args)
     store = Store(config.data_dir(getattr(args, "data_dir", None)))
     model, draft_path = _resolve_models(args, store)
     verbose = getattr(args, "verbose", False)
@@ -117,12 +72,13 @@ def run(args):
         chat = Conversation(session, args.system_prompt)
         if verbose and chat.template.kind == "plain":
             print("the model has no chat template: prompts are passed as plain text", file=sys.stderr)
-        with _CtrlC() as ctrl:
-            if prompts:
-                for prompt in prompts:
-                    _answer(chat, prompt, opts, ctrl, tracer, verbose)
+        with console.CtrlC() as ctrl:
+            answer = lambda text: _answer(chat, text, opts, ctrl, tracer, verbose)  # noqa: E731
+            if turns:
+                for turn in turns:
+                    answer(turn)
             else:
-                _interactive(chat, opts, ctrl, tracer, verbose)
+                console.interactive(answer, lambda: _clear(chat))
     except KeyboardInterrupt:
         print(file=sys.stderr)
     finally:
@@ -154,27 +110,6 @@ def _answer(chat, prompt, opts, ctrl, tracer, verbose):
     print(profile.render(gen.stats, verbose), file=sys.stderr, flush=True)
 
 
-def _interactive(chat, opts, ctrl, tracer, verbose):
-    tty = sys.stdin.isatty()
-    if tty:
-        print(HELP, file=sys.stderr)
-    while True:
-        if tty:
-            print(">>> ", end="", flush=True)
-        line = sys.stdin.readline()
-        if not line:
-            break
-        text = line.strip()
-        if not text:
-            continue
-        if text in ("/bye", "/exit", "/quit"):
-            break
-        if text == "/clear":
-            chat.messages = [m for m in chat.messages if m["role"] == "system"]
-            chat.session.reset()
-            print("(conversation cleared)", file=sys.stderr)
-            continue
-        if text in ("/?", "/help"):
-            print(HELP, file=sys.stderr)
-            continue
-        _answer(chat, text, opts, ctrl, tracer, verbose)
+def _clear(chat):
+    chat.messages = [m for m in chat.messages if m["role"] == "system"]
+    chat.session.reset()

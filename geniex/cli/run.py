@@ -11,7 +11,7 @@ import sys
 from urllib.parse import quote
 
 from geniex import profile
-from geniex.cli.infer import HELP, _CtrlC, _read_input
+from geniex.cli import console
 from geniex.cli.options import add_model_flags, gen_options, spec_types
 from geniex.errors import GenieXError, UsageError
 from geniex.server import DEFAULT_HOST
@@ -125,22 +125,19 @@ def run(args):
                          "use `geniex infer --spec-trace` instead")
     if args.threads:
         print("note: --threads applies to `geniex infer`; the server picks its own threads", file=sys.stderr)
-    prompts = list(args.prompt)
-    if args.input:
-        text = _read_input(args.input)
-        prompts = [prompts[0] + "\n\n" + text] + prompts[1:] if prompts else [text]
+    prompts = console.prompts(args)
     client = Client(args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST)
     model_id = client.model_id(_as_server_name(args.model or DEMO_NAME))
     fields = request_fields(args, model_id)
     client.warm_up(fields)
     chat = _Chat(client, fields, args.system_prompt, getattr(args, "verbose", False))
     try:
-        with _CtrlC() as ctrl:
+        with console.CtrlC() as ctrl:
             if prompts:
                 for prompt in prompts:
                     chat.turn(prompt, ctrl)
             else:
-                chat.interactive(ctrl)
+                console.interactive(lambda text: chat.turn(text, ctrl), chat.clear)
     except KeyboardInterrupt:
         print(file=sys.stderr)
     return 0
@@ -183,27 +180,6 @@ class _Chat:
         if usage:
             print(profile.render(profile.from_usage(usage), self.verbose), file=sys.stderr, flush=True)
 
-    def interactive(self, ctrl):
-        """Read turns from stdin until /bye or end of input."""
-        tty = sys.stdin.isatty()
-        if tty:
-            print(HELP, file=sys.stderr)
-        while True:
-            if tty:
-                print(">>> ", end="", flush=True)
-            line = sys.stdin.readline()
-            if not line:
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/bye", "/exit", "/quit"):
-                break
-            if text == "/clear":
-                self.messages = list(self.system)
-                print("(conversation cleared)", file=sys.stderr)
-                continue
-            if text in ("/?", "/help"):
-                print(HELP, file=sys.stderr)
-                continue
-            self.turn(text, ctrl)
+    def clear(self):
+        """Forget the conversation (the server's cache follows the new prefix)."""
+        self.messages = list(self.system)

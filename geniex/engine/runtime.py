@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from geniex.config import physical_cores
 from geniex.engine import loop
 from geniex.engine.stats import Stats
-from geniex.errors import GenieXError, ModelLoadError
+from geniex.errors import GenieXError
 from geniex.llama import devices as devmod
 from geniex.llama import library
 from geniex.llama.gguf_file import read_header

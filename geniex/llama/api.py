@@ -11,7 +11,7 @@ Nothing outside ``geniex.llama`` imports ctypes.
 import ctypes
 from ctypes import (
     CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_float, c_int, c_int8, c_int32,
-    c_int64, c_size_t, c_uint8, c_uint32, c_void_p,
+    c_size_t, c_uint8, c_uint32, c_void_p,
 )
 
 llama_token = c_int32
