@@ -178,6 +178,12 @@ def steps(session, prompt_tokens, opts, drafter=None, cancel=None, stats=None):
             stats.ttft = t2 - t_start
         if not stop:
             drafter.observe(history, n_past, len(target) - 1, examined, accepted)
+        else:
+            # The answer ends with this step: release held text (an incomplete UTF-8
+            # character) with it, so that exactly one Step carries ``stop``.
+            held = stream.flush()
+            if held:
+                text.append(held)
         # What was verified: a draft cut to ``room`` or dropped by ``n_min`` keeps only the
         # probabilities of the tokens in the batch; a lone drafter leaves ``method`` unset.
         probs = list(draft.probs[:len(tokens)]) if tokens and draft.probs is not None else None
@@ -185,7 +191,7 @@ def steps(session, prompt_tokens, opts, drafter=None, cancel=None, stats=None):
         yield Step(index, n_past - len(target), pending, list(tokens), probs, method,
                    target, accepted, committed, "".join(text), t1 - t0, t2 - t1, stop)
         index += 1
-    tail = stream.flush()
+    tail = stream.flush()            # empty unless the loop ended before a verify step
     stats.decode_tokens = generated
     stats.decode_time = time.perf_counter() - t_decode
     stats.total_time = time.perf_counter() - t_start
