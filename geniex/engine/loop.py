@@ -53,10 +53,10 @@ class Step:
     extra: dict = field(default_factory=dict)
 
 
-def common_prefix(a, b):
-    """Length of the shared prefix of two token lists."""
+def common_prefix(a, b, start=0):
+    """Length of the shared prefix of two token lists, ``start`` being known to match."""
     n = min(len(a), len(b))
-    i = 0
+    i = min(start, n)
     while i < n and a[i] == b[i]:
         i += 1
     return i
@@ -99,7 +99,6 @@ def steps(session, prompt_tokens, opts, drafter=None, cancel=None, stats=None):
     reuse = session.sync_kv(history, keep_at_most=n_past)
     stats.prompt_reused = reuse
     row = prefill(ctx, batch, history, reuse, n_past)
-    session.kv_tokens = history[:n_past]
     stats.prompt_time = time.perf_counter() - t_start
 
     drafter = drafter or _NoDrafter
@@ -111,86 +110,90 @@ def steps(session, prompt_tokens, opts, drafter=None, cancel=None, stats=None):
     index = 0
     t_decode = time.perf_counter()
     stop = ""
-    while not stop:
-        if cancel is not None and cancel():
-            stop = "user"
-            break
-        if n_past >= ctx.n_ctx:
-            stop = "context_length"
-            break
-        pending = history[n_past]
-        # Never draft past the context, or past the answer's last allowed token.
-        room = min(opts.n_max, ctx.n_ctx - n_past - 1, opts.max_tokens - generated - 1)
-        t0 = time.perf_counter()
-        draft = drafter.propose(history, n_past, room) if room > 0 else EMPTY
-        tokens = draft.tokens
-        if len(tokens) > room:
-            tokens = tokens[:room]
-        if tokens and len(tokens) < opts.n_min:
-            tokens = ()
-        t1 = time.perf_counter()
-        n = len(tokens) + 1
-        batch.tokens[0] = pending
-        if tokens:
-            batch.tokens[1:n] = tokens
-        batch.pos[:n] = range(n_past, n_past + n)
-        batch.logits[:n] = 1
-        batch.struct.n_tokens = n
-        ctx.decode(batch)
+    try:
+        while not stop:
+            if cancel is not None and cancel():
+                stop = "user"
+                break
+            if n_past >= ctx.n_ctx:
+                stop = "context_length"
+                break
+            pending = history[n_past]
+            # Never draft past the context, or past the answer's last allowed token.
+            room = min(opts.n_max, ctx.n_ctx - n_past - 1, opts.max_tokens - generated - 1)
+            t0 = time.perf_counter()
+            draft = drafter.propose(history, n_past, room) if room > 0 else EMPTY
+            tokens = draft.tokens
+            if len(tokens) > room:
+                tokens = tokens[:room]
+            if tokens and len(tokens) < opts.n_min:
+                tokens = ()
+            t1 = time.perf_counter()
+            n = len(tokens) + 1
+            batch.tokens[0] = pending
+            if tokens:
+                batch.tokens[1:n] = tokens
+            batch.pos[:n] = range(n_past, n_past + n)
+            batch.logits[:n] = 1
+            batch.struct.n_tokens = n
+            ctx.decode(batch)
 
-        target, committed, text = [], [], []
-        accepted = 0
-        for i in range(n):
-            tok = sampler.sample(ctx.logits(i))
-            sampler.accept(tok)
-            target.append(tok)
-            history.append(tok)
-            if tok in eog:
-                stop = "eos"
+            target, committed, text = [], [], []
+            accepted = 0
+            for i in range(n):
+                tok = sampler.sample(ctx.logits(i))
+                sampler.accept(tok)
+                target.append(tok)
+                history.append(tok)
+                if tok in eog:
+                    stop = "eos"
+                else:
+                    committed.append(tok)
+                    generated += 1
+                    piece = stream.feed(vocab.piece(tok))
+                    if piece:
+                        text.append(piece)
+                    if stream.stopped:
+                        stop = "stop_sequence"
+                    elif generated >= opts.max_tokens:
+                        stop = "length"
+                if i < n - 1 and tok == tokens[i]:
+                    accepted += 1
+                    if stop:
+                        break
+                    continue
+                break
+            examined = min(len(target), len(tokens))
+            # Rows after the last accepted draft hold rejected tokens: forget them.
+            n_past += len(target)
+            if n > len(target):
+                ctx.trim(n_past)
+            del history[n_past + 1:]
+            t2 = time.perf_counter()
+            stats.record_step(examined, accepted)
+            stats.draft_time += t1 - t0
+            stats.verify_time += t2 - t1
+            if committed and stats.ttft == 0.0:
+                stats.ttft = t2 - t_start
+            if not stop:
+                drafter.observe(history, n_past, len(target) - 1, examined, accepted)
             else:
-                committed.append(tok)
-                generated += 1
-                piece = stream.feed(vocab.piece(tok))
-                if piece:
-                    text.append(piece)
-                if stream.stopped:
-                    stop = "stop_sequence"
-                elif generated >= opts.max_tokens:
-                    stop = "length"
-            if i < n - 1 and tok == tokens[i]:
-                accepted += 1
-                if stop:
-                    break
-                continue
-            break
-        examined = min(len(target), len(tokens))
-        # Rows after the last accepted draft hold rejected tokens: forget them.
-        n_past += len(target)
-        if n > len(target):
-            ctx.trim(n_past)
-        del history[n_past + 1:]
+                # The answer ends with this step: release held text (an incomplete UTF-8
+                # character) with it, so that exactly one Step carries ``stop``.
+                held = stream.flush()
+                if held:
+                    text.append(held)
+            # What was verified: a draft cut to ``room`` or dropped by ``n_min`` keeps only the
+            # probabilities of the tokens in the batch; a lone drafter leaves ``method`` unset.
+            probs = list(draft.probs[:len(tokens)]) if tokens and draft.probs is not None else None
+            method = (draft.method or drafter.name) if tokens else ""
+            yield Step(index, n_past - len(target), pending, list(tokens), probs, method,
+                       target, accepted, committed, "".join(text), t1 - t0, t2 - t1, stop)
+            index += 1
+    finally:
+        # What the KV cache holds for the next answer (one copy per answer, not per
+        # step); positions a failed step left beyond it are trimmed by sync_kv.
         session.kv_tokens = history[:n_past]
-        t2 = time.perf_counter()
-        stats.record_step(examined, accepted)
-        stats.draft_time += t1 - t0
-        stats.verify_time += t2 - t1
-        if committed and stats.ttft == 0.0:
-            stats.ttft = t2 - t_start
-        if not stop:
-            drafter.observe(history, n_past, len(target) - 1, examined, accepted)
-        else:
-            # The answer ends with this step: release held text (an incomplete UTF-8
-            # character) with it, so that exactly one Step carries ``stop``.
-            held = stream.flush()
-            if held:
-                text.append(held)
-        # What was verified: a draft cut to ``room`` or dropped by ``n_min`` keeps only the
-        # probabilities of the tokens in the batch; a lone drafter leaves ``method`` unset.
-        probs = list(draft.probs[:len(tokens)]) if tokens and draft.probs is not None else None
-        method = (draft.method or drafter.name) if tokens else ""
-        yield Step(index, n_past - len(target), pending, list(tokens), probs, method,
-                   target, accepted, committed, "".join(text), t1 - t0, t2 - t1, stop)
-        index += 1
     tail = stream.flush()            # empty unless the loop ended before a verify step
     stats.decode_tokens = generated
     stats.decode_time = time.perf_counter() - t_decode

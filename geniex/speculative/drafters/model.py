@@ -25,17 +25,19 @@ class DraftModelDrafter(Drafter):
         self.n_max, self.p_min = n_max, p_min
         self.cap = n_max
         self.kv = []
+        self.trusted = 0      # kv[:trusted] is known to equal the history
 
     def begin(self, history, n_past, target_row):
-        pass   # the KV is synced lazily in propose()
+        self.trusted = 0      # a new answer: the cache is synced (lazily) in propose()
 
     def propose(self, history, n_past, n_max):
         ctx, batch = self.ctx, self.batch
         # Keep what the draft KV shares with the history; decode at least the pending token.
-        keep = min(common_prefix(self.kv, history), n_past)
+        keep = min(common_prefix(self.kv, history, self.trusted), n_past)
         ctx.trim(keep)
         row = prefill(ctx, batch, history, keep, n_past + 1)
         self.kv = history[:n_past + 1]
+        self.trusted = n_past + 1
         out, probs = [], []
         limit = min(n_max, self.n_max)
         pos = n_past + 1
