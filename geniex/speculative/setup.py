@@ -45,9 +45,23 @@ def build(session, spec):
         return None, [f"{FALLBACK}: {e}"]
     drafter = made[0] if len(made) == 1 else DrafterChain(made)
     notes.insert(0, f"speculative decoding: {drafter.name}")
+    if _float_matmuls(session.model.header):
+        notes.append("note: this target's weights are F32/F16/BF16; llama.cpp multiplies a "
+                     "many-row verify batch by them in another order than a one-row decode, so "
+                     "speculative output can differ from plain output at near-ties (quantized "
+                     "weights are bitwise exact; see README, Identical output)")
     for n in notes:
         log.debug(n)
     return drafter, notes
+
+
+FLOAT_TYPES = (0, 1, 30)   # GGML F32, F16, BF16
+
+
+def _float_matmuls(header):
+    """Whether the target's layer matrices are unquantized floats."""
+    mats = [t for name, t in header.tensors.items() if name.startswith("blk.") and len(t.shape) == 2]
+    return bool(mats) and sum(t.type in FLOAT_TYPES for t in mats) * 2 > len(mats)
 
 
 def _model_drafter(session, spec, kind, notes):
