@@ -1,0 +1,260 @@
+"""The accept loop and every drafting method on the real demo model.
+
+The promise under test: speculative output is the plain output, token for token, for
+greedy and seeded sampling, including where the answer ends. These tests run with the
+default numerics (one-row decodes on one thread, flash attention auto, micro-batches of
+32 rows), under which llama.cpp computes every verify row bitwise like a one-row decode
+(README, "Identical output"); so they assert exact equality, not near-ties.
+"""
+import json
+import re
+
+import pytest
+
+from fakehub import fake_hub  # noqa: F401  (fixture)
+from geniex.engine.chat import Conversation
+from geniex.engine.loop import GenOptions
+from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+from geniex.engine.sampling import SamplingParams
+from geniex.speculative.drafters.base import Draft, Drafter
+from geniex.speculative.setup import FALLBACK
+
+REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over the lazy dog. "
+          "The quick brown fox jumps over the lazy dog again.")
+CODE = ("Rewrite this function with the variable renamed from total to result:\n\n"
+        "def add(a, b):\n    total = a + b\n    print('sum', a, b, total)\n    return total\n")
+ESSAY = "Write a long essay about the history of the Roman Empire, with many details."
+GREEDY = SamplingParams()
+SEEDED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
+METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache",
+           "draft-simple", "ngram-mod,draft-simple"]
+
+
+def answer(session, prompt, sampling, max_tokens=120, stop=(), drafter=None, steps=None):
+    """Tokens and stop reason of one fresh answer (optionally with a given drafter)."""
+    session.reset()
+    if drafter is not None:
+        session.drafter = drafter
+    try:
+        chat = Conversation(session)
+        gen = chat.ask(prompt, GenOptions(max_tokens=max_tokens, stop=stop, sampling=sampling))
+        for step in gen:
+            if steps is not None:
+                steps.append(step)
+        return gen.tokens, gen.stats
+    finally:
+        if drafter is not None:
+            session.drafter = None
+
+
+@pytest.fixture(scope="module")
+def plain(demo_model):
+    s = Session(demo_model, LoadOptions(nctx=256))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def reference(plain):
+    """Plain answers, computed once: {(prompt, sampling name, max_tokens, stop): (tokens, stats)}."""
+    cache = {}
+
+    def get(prompt, sampling, max_tokens=120, stop=()):
+        key = (prompt, repr(sampling), max_tokens, stop)
+        if key not in cache:
+            cache[key] = answer(plain, prompt, sampling, max_tokens, stop)
+        return cache[key]
+    return get
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_is_identical_to_plain(method, demo_model, reference):
+    spec = SpecOptions(types=tuple(method.split(",")), draft_path=demo_model if "draft" in method else None)
+    s = Session(demo_model, LoadOptions(nctx=256, spec=spec))
+    try:
+        assert s.drafter is not None, s.spec_notes
+        for prompt, sampling, max_tokens in ((REPEAT, GREEDY, 120), (CODE, SEEDED, 60), (ESSAY, GREEDY, 400)):
+            want_tokens, want_stats = reference(prompt, sampling, max_tokens)
+            got_tokens, got_stats = answer(s, prompt, sampling, max_tokens)
+            assert got_tokens == want_tokens, (method, prompt[:20])
+            assert got_stats.stop_reason == want_stats.stop_reason
+        # The essay fills the 256-token context: the end is the same too.
+        assert want_stats.stop_reason == "context_length"
+    finally:
+        s.close()
+
+
+class Oracle(Drafter):
+    """Proposes exactly what plain decoding produced: every draft is accepted."""
+
+    name = "oracle"
+
+    def __init__(self, ref, k):
+        self.ref, self.k = ref, k
+        self.cap = k
+
+    def begin(self, history, n_past, target_row):
+        self.start = n_past + 1      # history index of the first answer token
+
+    def propose(self, history, n_past, n_max):
+        i = n_past + 1 - self.start
+        return Draft(list(self.ref[i:i + min(self.k, n_max)]))
+
+
+class Contrarian(Oracle):
+    """Proposes a wrong first token every time: nothing is ever accepted."""
+
+    name = "contrarian"
+
+    def propose(self, history, n_past, n_max):
+        i = n_past + 1 - self.start
+        nxt = self.ref[i] if i < len(self.ref) else 0
+        return Draft([(nxt + 1) % 1000, 5, 6][:min(self.k, n_max)])
+
+
+def test_oracle_drafter_counters_and_multi_token_commits(plain, reference):
+    want, want_stats = reference(REPEAT, GREEDY)
+    steps = []
+    got, stats = answer(plain, REPEAT, GREEDY, drafter=Oracle(want, 4), steps=steps)
+    assert got == want and stats.stop_reason == want_stats.stop_reason
+    assert stats.accepted == stats.drafted > 0 and stats.accept_rate == 1.0
+    assert stats.drafted == sum(len(s.drafted) for s in steps)
+    assert max(len(s.committed) for s in steps) == 5          # 4 drafts + the target's token
+    assert stats.steps < len(want) / 2
+    assert sum(stats.accept_hist) == sum(1 for s in steps if s.drafted)
+
+
+def test_always_wrong_drafter_counters(plain, reference):
+    want, _ = reference(REPEAT, GREEDY)
+    steps = []
+    got, stats = answer(plain, REPEAT, GREEDY, drafter=Contrarian(want, 3), steps=steps)
+    assert got == want
+    assert stats.accepted == 0
+    # Only the first draft of each step is checked: it is wrong, the rest is never looked at.
+    assert stats.drafted == sum(1 for s in steps if s.drafted) == stats.accept_hist[0]
+    assert all(len(s.committed) <= 1 for s in steps)
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SEEDED], ids=["greedy", "seeded"])
+def test_endings_inside_accepted_runs(plain, reference, sampling):
+    """eos, stop strings and max tokens landing in the middle of a run of accepted drafts
+    end the answer exactly where plain decoding ends it."""
+    full, full_stats = reference(REPEAT, sampling)
+    inside = 0
+    cases = [dict(max_tokens=n) for n in range(1, 14)]
+    text = plain.vocab.detokenize(full)
+    cases += [dict(stop=(text[i:i + 3],)) for i in (5, 11, 17, 23, 30) if text[i:i + 3].strip()]
+    cases.append({})   # the natural end (eos)
+    for case in cases:
+        want, want_stats = reference(REPEAT, sampling, case.get("max_tokens", 120), case.get("stop", ()))
+        steps = []
+        got, stats = answer(plain, REPEAT, sampling, case.get("max_tokens", 120), case.get("stop", ()),
+                            drafter=Oracle(full, 5), steps=steps)
+        assert got == want, case
+        assert stats.stop_reason == want_stats.stop_reason, case
+        last = [s for s in steps if s.target][-1]
+        if last.accepted and len(last.target) <= len(last.drafted):
+            inside += 1      # the step ended on a draft row, not on the target's own row
+    if sampling is GREEDY:
+        assert full_stats.stop_reason == "eos"      # the natural end is an end token
+    # Stop strings and the end token land inside accepted runs (the loop never drafts
+    # past --max-tokens, so a length stop always falls on the target's own row).
+    assert inside >= 3
+
+
+def test_full_context_inside_an_accepted_run(plain, reference):
+    want, want_stats = reference(ESSAY, GREEDY, 400)
+    assert want_stats.stop_reason == "context_length"
+    got, stats = answer(plain, ESSAY, GREEDY, 400, drafter=Oracle(want, 7))
+    assert got == want and stats.stop_reason == "context_length"
+
+
+def test_draft_simple_drafting_for_itself_accepts_everything(demo_model, reference):
+    s = Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("draft-simple",), draft_path=demo_model, n_max=4)))
+    try:
+        want, _ = reference(CODE, GREEDY)
+        got, stats = answer(s, CODE, GREEDY)
+        assert got == want
+        assert stats.drafted > 0 and stats.accepted == stats.drafted
+        # The draft context batch is max(64, n_max), not the target's 512.
+        assert s.drafter.ctx.n_batch == 64
+    finally:
+        s.close()
+
+
+def test_ngram_mod_drafts_and_accepts_on_a_quoting_prompt(demo_model, reference):
+    s = Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("ngram-mod",))))
+    try:
+        got, stats = answer(s, REPEAT, GREEDY)
+        assert got == reference(REPEAT, GREEDY)[0]
+        assert stats.drafted >= 8 and stats.accept_rate >= 0.5
+        assert max(n for n, c in enumerate(stats.accept_hist) if c) >= 2
+    finally:
+        s.close()
+
+
+def test_incompatible_vocabulary_is_refused(demo_model, tiny):
+    target, _ = tiny["pair"]
+    s = Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("draft-simple",), draft_path=target)))
+    try:
+        assert s.drafter is None
+        assert FALLBACK in s.spec_notes[0] and "vocabulary sizes differ" in s.spec_notes[0]
+    finally:
+        s.close()
+
+
+def test_setup_failures_fall_back_with_the_geniex_line(cli, tmp_path, tiny):
+    target, assistant = tiny["pair"]
+    cases = [
+        (["--spec-type", "ngram-bogus"], "unknown --spec-type ngram-bogus"),
+        (["--spec-type", "draft-simple", "--draft-model", tmp_path / "missing.gguf"], "missing.gguf"),
+        (["--spec-type", "draft-simple", "--draft-model", target], "vocabulary sizes differ"),
+        (["--spec-type", "draft-simple"], "draft-simple needs --draft-model"),
+        (["--spec-type", "draft-mtp"], "draft-mtp needs --draft-model"),
+        (["--spec-type", "draft-eagle3", "--draft-model", target], "not an EAGLE-3 draft"),
+        (["--spec-type", "draft-mtp", "--draft-model", "nobody/nothing-here-GGUF"], "nobody/nothing-here-GGUF"),
+    ]
+    for extra, reason in cases:
+        proc = cli("infer", "-p", "What is the capital of France?", "--max-tokens", "8", *extra,
+                   env={"HF_ENDPOINT": "http://127.0.0.1:9"})
+        assert proc.returncode == 0, proc.stderr
+        assert FALLBACK in proc.stderr and reason in proc.stderr, (extra, proc.stderr)
+        assert "Paris" in proc.stdout
+
+
+def test_trace_file_matches_the_counters(cli, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    proc = cli("infer", "-p", REPEAT, "--spec-type", "ngram-mod", "--spec-trace", trace, "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    m = re.search(r"^draft accept:\s+(\d+)/(\d+) \(([\d.]+)%\)", proc.stderr, re.M)
+    assert m, proc.stderr
+    accepted, drafted = int(m.group(1)), int(m.group(2))
+    lines = [json.loads(l) for l in trace.read_text().splitlines()]
+    steps, summary = lines[:-1], lines[-1]["summary"]
+    assert sum(s["accepted"] for s in steps) == accepted == summary["accepted"]
+    examined = sum(min(len(s["target"]), len(s["drafted"])) for s in steps)
+    assert examined == drafted == summary["drafted"]
+    assert "".join(s["text"] for s in steps).strip() == proc.stdout.strip()
+    assert steps[-1]["stop"] == summary["stop_reason"]
+    assert all(s["method"] in ("ngram-mod", "") for s in steps)
+    assert sum(len(s["committed"]) for s in steps) == summary["decode_tokens"]
+    assert re.search(r"• \d+% accept —", proc.stderr) is None      # verbose prints the block
+    short = cli("infer", "-p", REPEAT, "--spec-type", "ngram-mod")
+    assert re.search(r"• \d+% accept —$", short.stderr, re.M), short.stderr
+
+
+def test_qairt_model_warns_and_refuses(cli, fake_hub):  # noqa: F811
+    fake_hub.add_repo("qualcomm/Tiny-Bundle", {"genie_config.json": b"{}", "model.bin": b"\0" * 64})
+    env = {"HF_ENDPOINT": fake_hub.url}
+    assert cli("pull", "qualcomm/Tiny-Bundle", env=env).returncode == 0
+    proc = cli("infer", "qualcomm/Tiny-Bundle", "-p", "hi", "--spec-type", "ngram-mod", env=env)
+    assert proc.returncode != 0
+    assert "speculative decoding is only supported by llama_cpp" in proc.stderr
+    assert "qairt" in proc.stderr
+
+
+def test_multimodal_model_runs_text_path_with_warning(cli, demo_model):
+    assert cli("pull", "someone/Vision-Demo", "--local-path", demo_model, "--model-type", "vlm").returncode == 0
+    proc = cli("infer", "someone/Vision-Demo", "-p", "What is the capital of France?", "--spec-type", "ngram-mod")
+    assert proc.returncode == 0 and "Paris" in proc.stdout
+    assert "multimodal" in proc.stderr and "image/audio content is dropped" in proc.stderr
