@@ -71,12 +71,19 @@ class Session:
         self.device_note = why
         log.debug(why)
         self.name = name or str(path)
-        self.model = Model(path, devices=chosen, n_gpu_layers=options.ngl, header=header)
+        # draft-mtp without a draft model drafts with the NextN layers bundled in the target.
+        self.bundled_nextn = _wants_bundled_nextn(header, options.spec)
+        self.model = Model(path, devices=chosen, n_gpu_layers=options.ngl, header=header,
+                           load_mtp=self.bundled_nextn)
         cores = physical_cores()
         self.threads = options.threads or _default_threads(cores)
         self.threads_batch = options.threads_batch or cores
+        # Hybrid targets (Qwen3.5: gated delta-net layers) can roll their recurrent state
+        # back only as far as they keep snapshots: one per position a verify may reject.
+        self.n_rs_seq = options.spec.n_max if self.bundled_nextn else 0
         self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=512, n_ubatch=options.n_ubatch,
-                           n_threads=self.threads, n_threads_batch=self.threads_batch)
+                           n_threads=self.threads, n_threads_batch=self.threads_batch,
+                           n_rs_seq=self.n_rs_seq)
         self.vocab = self.model.vocab
         self.kv_tokens = []
         self.drafter = None
@@ -154,6 +161,25 @@ def open_session(model, options):
         log.warning("%s is multimodal: speculative decoding runs the text path, and image/audio "
                     "content is dropped", model.name)
     return Session(model.path, options, name=model.name)
+
+
+# Architectures with a NextN draft graph (``graph_mtp``) in the b11549 library; only
+# qwen35 is exercised by tests (tools/tiny_nextn.py).
+NEXTN_ARCHS = frozenset((
+    "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "glm4moe", "glm-dsa", "glm5-next",
+    "deepseek2", "deepseek32", "deepseek4", "mimo2", "step35", "hy_v3", "cohere2moe",
+    "bailingmoe3", "nemotron_h_moe"))
+
+
+def _wants_bundled_nextn(header, spec):
+    """Whether to load the target's NextN layers: draft-mtp, no draft model, and the GGUF
+    declares ``{arch}.nextn_predict_layers`` > 0."""
+    if "draft-mtp" not in spec.types or spec.draft_path or header.architecture not in NEXTN_ARCHS:
+        return False
+    try:
+        return int(header.arch_key("nextn_predict_layers") or 0) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def _default_threads(cores):

@@ -170,7 +170,7 @@ class Context:
     """An inference context (KV cache, logits) on a model, sequence 0 only."""
 
     def __init__(self, model, *, n_ctx, n_batch=512, n_ubatch=32, n_threads=1, n_threads_batch=1,
-                 ctx_type=api.LLAMA_CONTEXT_TYPE_DEFAULT, other=None, n_seq_max=1):
+                 ctx_type=api.LLAMA_CONTEXT_TYPE_DEFAULT, other=None, n_seq_max=1, n_rs_seq=0):
         self._lib = lib = model._lib
         self.model = model
         params = _defaults(lib.llama_context_default_params, api.llama_context_params)
@@ -178,6 +178,9 @@ class Context:
         params.n_batch = n_batch
         params.n_ubatch = min(n_ubatch, n_batch)
         params.n_seq_max = n_seq_max
+        # Recurrent-state snapshots per sequence: how many positions a hybrid/recurrent
+        # model's KV can be rolled back by (0 = none; attention-only models ignore it).
+        params.n_rs_seq = n_rs_seq
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.ctx_type = ctx_type

@@ -38,6 +38,11 @@ def build(session, spec):
             made.append(_model_drafter(session, spec, model_types[0], notes))
             if len(model_types) > 1:
                 notes.append(f"only one model drafter is used: {model_types[0]}")
+        rs = getattr(session, "n_rs_seq", 0)
+        if rs and made and max(d.cap for d in made) > rs:
+            raise SpecSetupError(f"this target's recurrent state can be rolled back by {rs} "
+                                 f"positions (--draft-tokens), fewer than a draft of "
+                                 f"{max(d.cap for d in made)} tokens could need")
     except GenieXError as e:
         for d in made:
             d.close()
@@ -67,12 +72,16 @@ def _float_matmuls(header):
 def _model_drafter(session, spec, kind, notes):
     if not spec.draft_path:
         if kind == "draft-mtp":
-            nextn = session.model.n_layer_nextn()
-            if nextn > 0 or session.model.header.arch_key("nextn_predict_layers"):
+            if getattr(session, "bundled_nextn", False):
+                from geniex.speculative.drafters.nextn import NextnDrafter
+                notes.append(f"draft-mtp: using the {session.model.n_layer_nextn()} NextN "
+                             f"layer(s) bundled in {session.name}")
+                return NextnDrafter(session, spec.n_max, spec.p_min)
+            if session.model.header.arch_key("nextn_predict_layers"):
                 raise SpecSetupError(
-                    "draft-mtp without --draft-model would use the NextN layers bundled in the "
-                    "target (Qwen3.5-style); that mode is not supported yet: give a separate "
-                    "MTP draft with --draft-model")
+                    f"{session.name} declares NextN layers, but this llama.cpp build has no NextN "
+                    f"draft graph for its architecture ({session.model.architecture}): bundled "
+                    "MTP is not supported for it; give a separate MTP draft with --draft-model")
             raise SpecSetupError("draft-mtp needs --draft-model (a gemma4-assistant GGUF trained for this target)")
         raise SpecSetupError(f"{kind} needs --draft-model")
     header = read_header(spec.draft_path)
