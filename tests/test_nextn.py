@@ -102,17 +102,32 @@ def test_follow_up_reuses_kv(spec, plain):
     assert st.prompt_reused > 0
 
 
-def test_rollback_budget_refused(models, caplog):
-    """A chain whose drafts could be longer than the recurrent-state snapshots kept for
-    the target falls back, saying why (the rollback would fail mid-answer)."""
-    s = Session(models["nextn"], LoadOptions(nctx=256, spec=SpecOptions(
+def test_hybrid_target_keeps_snapshots_for_the_longest_draft(models, plain):
+    """A hybrid target keeps a recurrent-state snapshot per position a verify may reject:
+    the longest draft of any requested method (here ngram-mod's 16), so a chain with
+    n-gram drafting works on it too and stays identical to plain decoding."""
+    s = Session(models["nextn"], LoadOptions(nctx=512, spec=SpecOptions(
         types=("ngram-mod", "draft-mtp"), n_max=3)))
     try:
-        assert not s.speculative
-        assert s.spec_notes[0].startswith(FALLBACK)
-        assert "rolled back by 3 positions" in s.spec_notes[0]
+        assert s.speculative, s.spec_notes
+        assert s.n_rs_seq == 16
+        tokens = s.vocab.tokenize("a b c a b c a b c a b c a b c")
+        want, _, _ = run(plain, tokens)
+        got, _, stats = run(s, tokens)
+        assert got == want
     finally:
         s.close()
+
+
+def test_plain_conversation_on_a_hybrid_target_restarts_when_it_cannot_roll_back(plain):
+    """Without snapshots a recurrent state cannot be trimmed back to a shared prefix: the
+    next prompt is decoded from scratch instead of failing."""
+    first = plain.vocab.tokenize(PROMPTS[1])
+    run(plain, first, max_tokens=8)
+    edited = first[:-2] + plain.vocab.tokenize(" moon")
+    again, _, stats = run(plain, edited, max_tokens=8, reset=False)
+    fresh, _, _ = run(plain, edited, max_tokens=8)
+    assert again == fresh and stats.prompt_reused in (0, len(edited) - 1)
 
 
 def test_no_nextn_layers_needs_draft_model(models):

@@ -78,9 +78,11 @@ class Session:
         cores = physical_cores()
         self.threads = options.threads or _default_threads(cores)
         self.threads_batch = options.threads_batch or cores
-        # Hybrid targets (Qwen3.5: gated delta-net layers) can roll their recurrent state
-        # back only as far as they keep snapshots: one per position a verify may reject.
-        self.n_rs_seq = options.spec.n_max if self.bundled_nextn else 0
+        # Recurrent and hybrid targets (Qwen3.5: gated delta-net layers) can roll their
+        # state back only as far as they keep snapshots: one per position a verify may
+        # reject, i.e. the longest draft any requested method can make.
+        from geniex.speculative.setup import longest_draft
+        self.n_rs_seq = longest_draft(options.spec) if self.model.recurrent else 0
         self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=512, n_ubatch=options.n_ubatch,
                            n_threads=self.threads, n_threads_batch=self.threads_batch,
                            n_rs_seq=self.n_rs_seq)
@@ -107,7 +109,10 @@ class Session:
         """Keep the longest cached prefix of ``tokens`` (at most ``keep_at_most``),
         drop the rest of the KV cache, and return how many positions were kept."""
         keep = min(loop.common_prefix(self.kv_tokens, tokens), keep_at_most)
-        self.ctx.trim(keep)
+        if not self.ctx.try_trim(keep):
+            # A recurrent state cannot go back that far: start this prompt from scratch.
+            self.ctx.clear()
+            keep = 0
         self.kv_tokens = self.kv_tokens[:keep]
         return keep
 

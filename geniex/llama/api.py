@@ -165,6 +165,8 @@ FUNCTIONS = {
     "llama_model_n_layer_nextn": (c_int32, [c_void_p]),  # bundled NextN (MTP) layers
     "llama_model_n_head": (c_int32, [c_void_p]),
     "llama_model_n_ctx_train": (c_int32, [c_void_p]),
+    "llama_model_is_recurrent": (c_bool, [c_void_p]),    # state instead of (only) a KV cache
+    "llama_model_is_hybrid": (c_bool, [c_void_p]),       # attention + recurrent layers
     "llama_model_desc": (c_int32, [c_void_p, c_char_p, c_size_t]),
     "llama_model_size": (ctypes.c_uint64, [c_void_p]),
     "llama_model_n_params": (ctypes.c_uint64, [c_void_p]),

@@ -97,6 +97,8 @@ class Model:
         self.n_embd_out = lib.llama_model_n_embd_out(self.ptr)
         self.n_layer = lib.llama_model_n_layer(self.ptr)
         self.n_ctx_train = lib.llama_model_n_ctx_train(self.ptr)
+        # Recurrent state can only be rolled back as far as the context keeps snapshots.
+        self.recurrent = bool(lib.llama_model_is_recurrent(self.ptr) or lib.llama_model_is_hybrid(self.ptr))
         self.architecture = self.header.architecture
 
     def describe(self):
@@ -233,8 +235,13 @@ class Context:
 
     def trim(self, p0):
         """Forget KV positions >= p0 (rejected drafts, an edited conversation)."""
-        if not self._lib.llama_memory_seq_rm(self.mem, 0, p0, -1):
+        if not self.try_trim(p0):
             raise GenieXError(f"could not remove KV positions from {p0}")
+
+    def try_trim(self, p0):
+        """Like :meth:`trim`, returning False where the memory cannot (a recurrent state
+        rolled back further than it keeps snapshots)."""
+        return bool(self._lib.llama_memory_seq_rm(self.mem, 0, p0, -1))
 
     def clear(self):
         """Empty the KV cache."""

@@ -21,6 +21,14 @@ NGRAM_TYPES = tuple(ngram.CLASSES)
 KNOWN = MODEL_TYPES + NGRAM_TYPES
 
 
+def longest_draft(spec):
+    """The most tokens any requested method may draft in one step (what a recurrent
+    target must be able to roll back)."""
+    caps = [spec.n_max for t in spec.types if t in MODEL_TYPES]
+    caps += [spec.ngram_max or ngram.DEFAULTS[t][2] for t in spec.types if t in NGRAM_TYPES]
+    return max(caps, default=0)
+
+
 def build(session, spec):
     """Return ``(drafter or None, notes)``; notes are sentences for ``--verbose``."""
     notes = []
@@ -39,9 +47,9 @@ def build(session, spec):
             if len(model_types) > 1:
                 notes.append(f"only one model drafter is used: {model_types[0]}")
         rs = getattr(session, "n_rs_seq", 0)
-        if rs and made and max(d.cap for d in made) > rs:
+        if session.model.recurrent and made and max(d.cap for d in made) > rs:
             raise SpecSetupError(f"this target's recurrent state can be rolled back by {rs} "
-                                 f"positions (--draft-tokens), fewer than a draft of "
+                                 f"positions, fewer than a draft of "
                                  f"{max(d.cap for d in made)} tokens could need")
     except GenieXError as e:
         for d in made:
