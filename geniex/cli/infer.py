@@ -4,7 +4,7 @@ import sys
 
 from geniex import config, profile
 from geniex.cli import console
-from geniex.cli.options import add_model_flags, gen_options, load_options, spec_types
+from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, load_options, spec_types
 from geniex.engine.chat import Conversation
 from geniex.engine.runtime import open_session
 from geniex.errors import GenieXError, UsageError
@@ -18,11 +18,7 @@ def register(sub):
     p = sub.add_parser("infer", help="answer prompts with a local model (interactive without -p)",
                        description="Answer prompts with a local GGUF model. Without -p, opens an "
                                    "interactive chat that keeps the conversation and its KV cache.")
-    p.add_argument("model", nargs="?", default=None,
-                   help="store name org/repo[:precision] or a GGUF path (default: the bundled demo model)")
-    p.add_argument("-p", "--prompt", action="append", default=[], help="a one-shot turn (repeatable)")
-    p.add_argument("-i", "--input", metavar="FILE", help="read a prompt from FILE ('-' = stdin); "
-                                                         "with -p it is appended to the first prompt")
+    add_chat_flags(p)
     p.add_argument("--spec-trace", metavar="FILE", help="write one JSON line per decoding step ('-' = stderr)")
     add_model_flags(p)
     p.set_defaults(func=run)

@@ -38,6 +38,16 @@ def _nonneg(kind, name):
     return parse
 
 
+def add_chat_flags(p):
+    """MODEL, ``-p`` and ``-i``: what to talk to and what to say (infer and run)."""
+    p.add_argument("model", nargs="?", default=None,
+                   help="store name org/repo[:precision] or a GGUF path (default: the bundled demo model)")
+    p.add_argument("-p", "--prompt", action="append", default=[], help="a one-shot turn (repeatable)")
+    p.add_argument("-i", "--input", metavar="FILE", help="read a prompt from FILE ('-' = stdin); "
+                                                         "with -p it is appended to the first prompt")
+    return p
+
+
 def add_model_flags(p):
     """Load, sampling and speculative flags (GenieX names and defaults)."""
     g = p.add_argument_group("model and device")

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from geniex import profile
 from geniex.cli import console
-from geniex.cli.options import add_model_flags, gen_options, spec_types
+from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, spec_types
 from geniex.errors import GenieXError, UsageError
 from geniex.server import DEFAULT_HOST
 
@@ -25,11 +25,7 @@ def register(sub):
     p = sub.add_parser("run", help="chat with a model through a running `geniex serve`",
                        description="Chat with a model through a running `geniex serve` (same flags as "
                                    "infer; speculative settings are sent per request).")
-    p.add_argument("model", nargs="?", default=None,
-                   help="store name org/repo[:precision] or a GGUF path (default: the bundled demo model)")
-    p.add_argument("-p", "--prompt", action="append", default=[], help="a one-shot turn (repeatable)")
-    p.add_argument("-i", "--input", metavar="FILE", help="read a prompt from FILE ('-' = stdin); "
-                                                         "with -p it is appended to the first prompt")
+    add_chat_flags(p)
     p.add_argument("--spec-trace", metavar="FILE", help="not available through the server: use `geniex infer --spec-trace`")
     p.add_argument("--host", default=None, help=f"the server's HOST:PORT (env GENIEX_HOST, default {DEFAULT_HOST})")
     add_model_flags(p)

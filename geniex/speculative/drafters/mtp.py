@@ -19,6 +19,15 @@ from geniex.speculative.drafters.base import EMPTY, Draft, Drafter
 TOP_K = 10   # upstream samples the draft from the top 10 and scores it by their softmax
 
 
+def top_choice(logits):
+    """The most probable token and its probability within the top ``TOP_K`` (how upstream
+    scores an MTP draft token against ``--draft-p-min``)."""
+    top = np.argpartition(logits, -TOP_K)[-TOP_K:]
+    vals = logits[top]
+    j = int(np.argmax(vals))
+    return int(top[j]), float(1.0 / np.exp(vals - vals[j]).sum())
+
+
 class MtpDrafter(Drafter):
     """Multi-token prediction with an assistant model wired to the target context."""
 
@@ -78,14 +87,9 @@ class MtpDrafter(Drafter):
         limit = min(n_max, self.n_max)
         for i in range(limit):
             self.ctx.decode(b)
-            x = self.ctx.logits(0)
-            top = np.argpartition(x, -TOP_K)[-TOP_K:]
-            vals = x[top]
-            j = int(np.argmax(vals))
-            p = float(1.0 / np.exp(vals - vals[j]).sum())
+            tok, p = top_choice(self.ctx.logits(0))
             if self.p_min > 0 and p < self.p_min:
                 break
-            tok = int(top[j])
             out.append(tok)
             probs.append(p)
             if i + 1 < limit:

@@ -25,8 +25,7 @@ from geniex.errors import SpecSetupError
 from geniex.llama import api
 from geniex.llama.objects import Batch, Context
 from geniex.speculative.drafters.base import EMPTY, Draft, Drafter
-
-TOP_K = 10   # as upstream: the draft is the top token, scored by its softmax over the top 10
+from geniex.speculative.drafters.mtp import top_choice
 
 
 class NextnDrafter(Drafter):
@@ -134,14 +133,9 @@ class NextnDrafter(Drafter):
         limit = min(n_max, self.n_max)
         for i in range(limit):
             self.ctx.decode(b)
-            x = self.ctx.logits(0)
-            top = np.argpartition(x, -TOP_K)[-TOP_K:]
-            vals = x[top]
-            j = int(np.argmax(vals))
-            p = float(1.0 / np.exp(vals - vals[j]).sum())
+            tok, p = top_choice(self.ctx.logits(0))
             if self.p_min > 0 and p < self.p_min:
                 break
-            tok = int(top[j])
             out.append(tok)
             probs.append(p)
             if i + 1 < limit:
