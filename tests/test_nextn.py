@@ -15,6 +15,7 @@ import pytest
 from geniex.engine.loop import GenOptions
 from geniex.engine.runtime import LoadOptions, Session, SpecOptions
 from geniex.engine.sampling import SamplingParams
+from geniex.speculative.drafters import ngram
 from geniex.speculative.setup import FALLBACK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -104,13 +105,13 @@ def test_follow_up_reuses_kv(spec, plain):
 
 def test_hybrid_target_keeps_snapshots_for_the_longest_draft(models, plain):
     """A hybrid target keeps a recurrent-state snapshot per position a verify may reject:
-    the longest draft of any requested method (here ngram-mod's 16), so a chain with
+    the longest draft of any requested method (here ngram-mod's maximum), so a chain with
     n-gram drafting works on it too and stays identical to plain decoding."""
     s = Session(models["nextn"], LoadOptions(nctx=512, spec=SpecOptions(
         types=("ngram-mod", "draft-mtp"), n_max=3)))
     try:
         assert s.speculative, s.spec_notes
-        assert s.n_rs_seq == 16
+        assert s.n_rs_seq == max(3, ngram.DEFAULTS["ngram-mod"][2])
         tokens = s.vocab.tokenize("a b c a b c a b c a b c a b c")
         want, _, _ = run(plain, tokens)
         got, _, stats = run(s, tokens)
