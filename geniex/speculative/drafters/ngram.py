@@ -14,19 +14,20 @@ All four index the history incrementally (each committed token is indexed once):
 - ``ngram-cache``: counts of next tokens after 1..4-token contexts; drafts the most
   frequent next token from the longest context that has a clear winner, repeatedly.
 
-Defaults (chosen by measurement on the demo model, see ``tools/bench_ngram.py`` and the
-README): match length 3 (ngram-mod 4), drafts of 2 to 16 tokens.
+Defaults (chosen by measurement on the demo model, see ``tools/bench_ngram.py`` and
+``tools/BENCHMARKS.md``): match length 4 (ngram-map-k and ngram-cache 3), drafts of 2 to
+8 tokens.
 """
 from collections import Counter
 
 from geniex.speculative.drafters.base import EMPTY, Draft, Drafter
 
 DEFAULTS = {  # name: (n, min, max)
-    "ngram-mod": (4, 2, 16),
-    "ngram-simple": (3, 2, 16),
-    "ngram-map-k": (3, 2, 16),
-    "ngram-map-k4v": (3, 2, 16),
-    "ngram-cache": (3, 2, 16),
+    "ngram-mod": (4, 2, 8),
+    "ngram-simple": (4, 2, 8),
+    "ngram-map-k": (3, 2, 8),
+    "ngram-map-k4v": (4, 2, 8),
+    "ngram-cache": (3, 2, 8),
 }
 
 
