@@ -1,0 +1,633 @@
+#!/usr/bin/env python3
+"""Decode speed of geniex's loop, against itself and against llama.cpp's own loop.
+
+    python tools/bench.py [--tokens N] [--rounds R] [--threads T] [--quick]
+
+On the demo model (SmolLM2-135M Q4_1), greedy, a fixed set of chat prompts:
+
+- ours, plain: ``Session.generate`` with no drafter (the accept loop drafting nothing);
+- ours, speculative: the same loop with each drafting method, built by ``Session``
+  exactly as ``geniex infer --spec-type ...`` builds it (n-gram methods with their
+  DEFAULTS, draft-simple with the demo model drafting for itself);
+- native: llama.cpp's own server loop (``xllamacpp.Server``: the same b11549 library,
+  driven by its C++ server and speculative code) with the same model, the same prompt
+  token ids and the same settings, plain and with ngram-mod / ngram-simple / a draft
+  model. Only this benchmark uses xllamacpp's Python API; geniex never does. Its HTTP
+  listener is bound to 127.0.0.1; requests go through ``Server.handle_completions``.
+  The server keeps its ngram-mod table across requests (a repeated prompt is then drafted
+  from the previous answer), so that worker is restarted before every run
+  (``--native-keep-state`` to see the effect).
+- the thread setting: plain decoding with one-row decodes on 1 and on 2 threads.
+
+Every configuration lives in its own worker process (ours and native alike, so the
+scheduler treats them the same), loaded once. Every round runs every configuration
+once per prompt, in a rotated order, so slow spells of a shared machine hit all
+configurations alike. Speeds are medians over rounds; ratios are medians of per-round
+ratios (paired within a round). Absolute tok/s are noisy on a shared VM: read ratios.
+
+Also printed: acceptance and the accepted-length histogram per method, tokens per
+verify step, "bandwidth achieved" (model bytes x tok/s, as gpt-fast prints it), the
+Python time per step outside ``llama_decode``, what a verify batch of k rows costs
+against a one-row decode, and whether each speculative answer equals the plain answer
+token for token (it must).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+NCTX = 4096
+ROW_KS = (1, 2, 4, 8, 16)
+
+# ---------------------------------------------------------------------------------
+# Prompts: open prose, a code edit whose answer repeats the input, quoting/summarising.
+
+CODE = '''def compute_total(items):
+    total = 0
+    for item in items:
+        total += item.price * item.quantity
+    return total
+
+
+def print_receipt(items):
+    for item in items:
+        print(f"{item.name}: {item.price * item.quantity}")
+    print("Total:", compute_total(items))
+'''
+
+PASSAGE = ("The lighthouse stood at the edge of the cliff for more than a hundred years. "
+           "Every night its keeper climbed the spiral stairs to light the lamp. "
+           "Ships passing in the storm relied on its beam to find the harbour. "
+           "When the keeper grew old, the town installed an electric light, "
+           "but the people still called the tower by his name.")
+
+PROMPTS = {
+    "prose": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "code-edit": ("Rename the function compute_total to sum_prices everywhere in this code. "
+                  "Reply with the full updated code only.\n\n```python\n" + CODE + "```"),
+    "quote": ("Here is a passage:\n\n" + PASSAGE + "\n\nQuote the first two sentences of the "
+              "passage exactly, then summarize the passage in one sentence."),
+}
+
+
+# ---------------------------------------------------------------------------------
+# Configurations
+
+@dataclass
+class Config:
+    name: str
+    side: str                       # "ours" | "native"
+    spec: str = ""                  # "" plain, an n-gram type, or "draft-simple"
+    threads: int = 1                # one-row decodes
+    threads_batch: int = 2          # multi-row batches (verify, prefill)
+    ngram: tuple = ()               # (n, min, max) for n-gram methods
+    draft_tokens: int = 3           # draft-simple: --draft-tokens (geniex's default)
+    env: dict = field(default_factory=dict)
+    # Start a fresh worker before every run: llama.cpp's server keeps its ngram-mod table
+    # across requests, so a repeated prompt would be drafted from the previous answer.
+    fresh: bool = False
+
+    @property
+    def plain(self):
+        return not self.spec
+
+
+@dataclass
+class Run:
+    tokens: list                    # committed answer tokens (ours); [] for native
+    text: str
+    tok_s: float
+    n: int
+    decode_s: float
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    hist: list = field(default_factory=list)
+    draft_s: float = 0.0
+    in_lib_s: float = 0.0           # time inside the target's llama_decode, verify steps only
+
+
+def physical_cores():
+    from geniex.config import physical_cores as pc
+    return pc()
+
+
+def env_variants(args):
+    """(label, environment) for each --env / --passive variant of ours."""
+    out = []
+    if args.passive:
+        out.append(("passive", {"OMP_WAIT_POLICY": "PASSIVE"}))
+    for item in args.env or ():
+        key, _, value = item.partition("=")
+        out.append((item, {key: value}))
+    return out
+
+
+def make_configs(args):
+    from geniex.speculative.drafters.ngram import DEFAULTS
+    T, TB = args.threads, args.threads_batch
+    other_t = 2 if T == 1 else 1
+    if args.methods:
+        methods = [m for m in args.methods if m != "none"]
+    elif args.quick:
+        methods = ["ngram-mod"]
+    else:
+        methods = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "draft-simple"]
+    cfgs = [Config("ours plain", "ours", "", T, TB)]
+    for m in methods:
+        cfgs.append(Config(f"ours {m}", "ours", m, T, TB, ngram=DEFAULTS.get(m, ())))
+    if args.threads_compare:
+        cfgs.append(Config(f"ours plain t{other_t}", "ours", "", other_t, TB))
+    for label, env in env_variants(args):
+        cfgs.append(Config(f"ours plain [{label}]", "ours", "", T, TB, env=env))
+        if "ngram-mod" in methods:
+            cfgs.append(Config(f"ours ngram-mod [{label}]", "ours", "ngram-mod", T, TB,
+                               ngram=DEFAULTS["ngram-mod"], env=env))
+        if args.threads_compare:
+            cfgs.append(Config(f"ours plain t{other_t} [{label}]", "ours", "", other_t, TB, env=env))
+    if not args.no_native:
+        cfgs.append(Config("native plain", "native", "", T, TB))
+        for m in ("ngram-mod", "ngram-simple", "draft-simple"):
+            if m in methods:
+                cfgs.append(Config(f"native {m}", "native", m, T, TB, ngram=DEFAULTS.get(m, ()),
+                                   fresh=(m == "ngram-mod" and not args.native_keep_state)))
+        if args.threads_compare:
+            cfgs.append(Config(f"native plain t{other_t}", "native", "", other_t, TB))
+    return cfgs
+
+
+# ---------------------------------------------------------------------------------
+# Worker side (runs in a subprocess per configuration)
+
+class OursHandler:
+    """A geniex Session loaded with this configuration, answering as the CLI does."""
+
+    def __init__(self, cfg, model_path):
+        from geniex.engine import loop
+        from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+        if cfg.plain:
+            spec = SpecOptions()
+        elif cfg.spec == "draft-simple":
+            spec = SpecOptions(types=("draft-simple",), draft_model="demo", draft_path=model_path,
+                               n_max=cfg.draft_tokens)
+        else:
+            n, lo, hi = cfg.ngram
+            spec = SpecOptions(types=(cfg.spec,), ngram_n=n, ngram_min=lo, ngram_max=hi)
+        self.s = Session(model_path, LoadOptions(nctx=NCTX, threads=cfg.threads,
+                                                 threads_batch=cfg.threads_batch, spec=spec))
+        if not cfg.plain and self.s.drafter is None:
+            raise SystemExit(f"{cfg.name}: speculative setup failed: {self.s.spec_notes}")
+        self.model_bytes = self.s.model.size_bytes
+        # Time inside the target's llama_decode during verify steps (not the prefill).
+        self.in_lib = 0.0
+        self.counting = True
+        ctx_decode, orig_prefill = self.s.ctx.decode, loop.prefill
+
+        def decode(batch):
+            t = time.perf_counter()
+            try:
+                return ctx_decode(batch)
+            finally:
+                if self.counting:
+                    self.in_lib += time.perf_counter() - t
+
+        def prefill(*a, **k):
+            self.counting = False
+            try:
+                return orig_prefill(*a, **k)
+            finally:
+                self.counting = True
+        self.s.ctx.decode = decode
+        loop.prefill = prefill
+
+    def tokenize(self, text):
+        from geniex.engine.chat import ChatTemplate
+        return self.s.tokenize_prompt(ChatTemplate(self.s.model).render([{"role": "user", "content": text}]))
+
+    def run(self, tokens, n):
+        from geniex.engine.loop import GenOptions
+        from geniex.engine.sampling import SamplingParams
+        self.in_lib = 0.0
+        gen = self.s.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(seed=1)))
+        for _ in gen:
+            pass
+        st = gen.stats
+        return Run(list(gen.tokens), gen.text, st.decode_speed, st.decode_tokens, st.decode_time,
+                   st.steps, st.drafted, st.accepted, list(st.accept_hist), st.draft_time, self.in_lib)
+
+    def trace(self, tokens, n):
+        """The plain answer as the loop sampled it (with its end token, if any)."""
+        from geniex.engine.loop import GenOptions
+        from geniex.engine.sampling import SamplingParams
+        gen = self.s.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(seed=1)))
+        targets = [t for step in gen for t in step.target]
+        return {"targets": targets, "stop": gen.stats.stop_reason}
+
+    def vocab(self):
+        return [self.s.vocab.n_tokens, sorted(self.s.vocab.eog)]
+
+    def row_cost(self, ks=ROW_KS, reps=2):
+        """Seconds per decode of k rows (logits on every row) after a 100-token prefix."""
+        s = self.s
+        ctx, b = s.ctx, s.batch
+        s.reset()
+        ctx.decode(b.fill(list(range(1000, 1100)), 0))
+        out = {}
+        for k in ks:
+            t = time.perf_counter()
+            for _ in range(reps):
+                ctx.decode(b.fill(list(range(2000, 2000 + k)), 100, all_logits=True))
+                ctx.trim(100)
+            out[k] = (time.perf_counter() - t) / reps
+        s.reset()
+        return out
+
+
+_SPEC_TYPES = {"ngram-mod": "COMMON_SPECULATIVE_TYPE_NGRAM_MOD",
+               "ngram-simple": "COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE",
+               "draft-simple": "COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE"}
+
+
+class NativeHandler:
+    """llama.cpp's own server loop, in-process in this worker, via xllamacpp."""
+
+    def __init__(self, cfg, model_path):
+        import xllamacpp as x
+        p = x.CommonParams()
+        p.model.path = str(model_path)
+        p.n_ctx = NCTX
+        p.n_parallel = 1
+        p.n_batch = 512
+        p.n_ubatch = 32                       # as geniex's Session
+        p.cpuparams.n_threads = cfg.threads
+        p.cpuparams_batch.n_threads = cfg.threads_batch
+        p.hostnames = ["127.0.0.1"]           # its HTTP listener: loopback only
+        p.port = 0
+        if cfg.spec:
+            sp = p.speculative
+            sp.types = [getattr(x.common_speculative_type, _SPEC_TYPES[cfg.spec])]
+            if cfg.spec == "ngram-mod":
+                sp.ngram_mod.n_match, sp.ngram_mod.n_min, sp.ngram_mod.n_max = cfg.ngram
+            elif cfg.spec == "ngram-simple":
+                n, _lo, hi = cfg.ngram
+                sp.ngram_simple.size_n, sp.ngram_simple.size_m, sp.ngram_simple.min_hits = n, hi, 1
+            else:
+                sp.draft.mparams.path = str(model_path)
+                sp.draft.n_max, sp.draft.n_min, sp.draft.p_min = cfg.draft_tokens, 0, 0.0
+                sp.draft.cpuparams.n_threads = cfg.threads
+                sp.draft.cpuparams_batch.n_threads = cfg.threads_batch
+        self.server = x.Server(p)
+        self.address = self.server.listening_address
+        self.server.handle_completions({"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0})
+
+    def run(self, tokens, n):
+        r = self.server.handle_completions({"prompt": tokens, "max_tokens": n, "temperature": 0.0,
+                                            "cache_prompt": True, "stream": False})
+        if "choices" not in r:
+            raise SystemExit(f"native server error: {r}")
+        t = r.get("timings", {})
+        return Run([], r["choices"][0]["text"], t.get("predicted_per_second", 0.0),
+                   t.get("predicted_n", 0), t.get("predicted_ms", 0.0) / 1000,
+                   drafted=t.get("draft_n", 0), accepted=t.get("draft_n_accepted", 0))
+
+
+def worker(cfg_json):
+    body = json.loads(cfg_json)
+    cfg = Config(**{k: v for k, v in body["cfg"].items()})
+    cfg.ngram = tuple(cfg.ngram)
+    handler = (NativeHandler if cfg.side == "native" else OursHandler)(cfg, body["model"])
+    print(json.dumps({"ready": True, "address": getattr(handler, "address", ""),
+                      "model_bytes": getattr(handler, "model_bytes", 0)}), flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        cmd = req.get("cmd", "run")
+        if cmd == "tokenize":
+            out = handler.tokenize(req["text"])
+        elif cmd == "row_cost":
+            out = handler.row_cost(req.get("ks", ROW_KS))
+        elif cmd == "trace":
+            out = handler.trace(req["prompt"], req["n"])
+        elif cmd == "vocab":
+            out = handler.vocab()
+        else:
+            out = asdict(handler.run(req["prompt"], req["n"]))
+        print(json.dumps(out), flush=True)
+
+
+class Worker:
+    """The bench's handle on one configuration's worker process."""
+
+    def __init__(self, cfg, model_path, logdir):
+        self.cfg = cfg
+        self.log = open(Path(logdir) / (cfg.name.replace(" ", "_").replace("/", "") + ".log"), "a")
+        env = dict(os.environ, GGML_NO_BACKTRACE="1", **cfg.env)
+        body = json.dumps({"cfg": asdict(cfg), "model": str(model_path)})
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", body],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True, env=env, cwd=str(ROOT))
+        self.address = ""
+        self.model_bytes = 0
+        self.used = False
+
+    def wait_ready(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"{self.cfg.name}: the worker did not start (see {self.log.name})")
+        hello = json.loads(line)
+        self.address, self.model_bytes = hello["address"], hello["model_bytes"]
+
+    def ask(self, req):
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"{self.cfg.name}: the worker died (see {self.log.name})")
+        return json.loads(line)
+
+    def run(self, tokens, n):
+        return Run(**self.ask({"prompt": tokens, "n": n}))
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+# ---------------------------------------------------------------------------------
+# Report helpers
+
+def med(xs):
+    xs = [x for x in xs if x is not None and x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def table(headers, rows):
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(headers)]
+    out = ["| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths)) + " |",
+           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
+    return "\n".join(out)
+
+
+def f1(x):
+    return "-" if x != x else f"{x:.1f}"
+
+
+def f2(x):
+    return "-" if x != x else f"{x:.2f}"
+
+
+def pct(a, b):
+    return f"{a / b:.0%}" if b else "-"
+
+
+def add_hist(a, b):
+    out = list(a) + [0] * max(0, len(b) - len(a))
+    for i, v in enumerate(b):
+        out[i] += v
+    return out
+
+
+# ---------------------------------------------------------------------------------
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokens", type=int, default=None, help="answer tokens per run (default 128; quick 32)")
+    ap.add_argument("--rounds", type=int, default=None, help="alternated rounds (default 3; quick 2)")
+    ap.add_argument("--threads", type=int, default=1, help="threads for one-row decodes (default 1, geniex's default)")
+    ap.add_argument("--threads-batch", type=int, default=0, help="threads for batches (default: physical cores)")
+    ap.add_argument("--quick", action="store_true",
+                    help="ngram-mod only, 32 tokens, 2 rounds, no thread comparison (~1 minute)")
+    ap.add_argument("--methods", type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
+                    help="comma list of drafting methods, or 'none' (default: every n-gram method and draft-simple)")
+    ap.add_argument("--prompts", type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
+                    help="comma list of prompts: " + ", ".join(PROMPTS))
+    ap.add_argument("--no-native", action="store_true", help="skip llama.cpp's own loop")
+    ap.add_argument("--no-threads", action="store_true", help="skip the 1-vs-2-thread comparison")
+    ap.add_argument("--passive", action="store_true",
+                    help="also run plain, ngram-mod (and the thread comparison) with OMP_WAIT_POLICY=PASSIVE")
+    ap.add_argument("--env", action="append", metavar="KEY=VALUE",
+                    help="like --passive with another environment setting, e.g. GOMP_SPINCOUNT=10000 (repeatable)")
+    ap.add_argument("--no-row-cost", action="store_true", help="skip the verify-batch cost table")
+    ap.add_argument("--native-keep-state", action="store_true",
+                    help="keep one native ngram-mod server for all runs (its table then remembers earlier "
+                         "answers to the same prompt); default: a fresh server per run")
+    ap.add_argument("--json", help="also write the raw runs to this file")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
+    args.tokens = args.tokens or (32 if args.quick else 128)
+    args.rounds = args.rounds or (2 if args.quick else 3)
+    args.threads_batch = args.threads_batch or physical_cores()
+    args.threads_compare = not (args.no_threads or args.quick)
+    prompts = args.prompts or list(PROMPTS)
+    unknown = [p for p in prompts if p not in PROMPTS]
+    if unknown:
+        raise SystemExit(f"unknown prompt {unknown}; known: {', '.join(PROMPTS)}")
+
+    from geniex.store.demo import INSTALL_HINT, demo_model_path
+    path = demo_model_path()
+    if path is None:
+        raise SystemExit(f"the demo model is not installed: {INSTALL_HINT}")
+
+    t_start = time.perf_counter()
+    load0 = os.getloadavg()
+    cfgs = make_configs(args)
+    logdir = tempfile.mkdtemp(prefix="geniex-bench-")
+    workers = {}
+    try:
+        for c in cfgs:                       # start all, then wait: loads overlap
+            workers[c.name] = Worker(c, path, logdir)
+        for w in workers.values():
+            w.wait_ready()
+        plain = workers["ours plain"]
+        model_bytes = plain.model_bytes
+        toks = {p: plain.ask({"cmd": "tokenize", "text": PROMPTS[p]}) for p in prompts}
+        addrs = sorted({w.address for w in workers.values() if w.address})
+        print(f"# geniex bench: {path.name}, {model_bytes / 1e6:.1f} MB, {args.tokens} tokens, "
+              f"{args.rounds} rounds, threads {args.threads} (batch {args.threads_batch}), "
+              f"{os.cpu_count()} CPUs, load average {load0[0]:.2f}; loaded in {time.perf_counter() - t_start:.0f} s")
+        if addrs:
+            print(f"# native servers listen on {', '.join(addrs)}")
+        print(f"# worker logs: {logdir}")
+        print("# prompts: " + ", ".join(f"{p} ({len(toks[p])} tokens)" for p in prompts), flush=True)
+
+        runs = {(c.name, p): [] for c in cfgs for p in prompts}
+        cost_workers = [] if args.no_row_cost else [w for w in workers.values()
+                                                    if w.cfg.side == "ours" and w.cfg.plain
+                                                    and w.cfg.threads == args.threads]
+        costs = {w.cfg.name: [] for w in cost_workers}
+        for r in range(args.rounds):
+            t_round = time.perf_counter()
+            for pi, p in enumerate(prompts):
+                shift = (r * len(prompts) + pi) % len(cfgs)
+                order = cfgs[shift:] + cfgs[:shift]
+                if r % 2:
+                    order = order[::-1]
+                for c in order:
+                    w = workers[c.name]
+                    if c.fresh and w.used:
+                        w.close()
+                        w = workers[c.name] = Worker(c, path, logdir)
+                        w.wait_ready()
+                    runs[(c.name, p)].append(w.run(toks[p], args.tokens))
+                    w.used = True
+            for w in (cost_workers if r % 2 == 0 else cost_workers[::-1]):
+                costs[w.cfg.name].append({int(k): v for k, v in w.ask({"cmd": "row_cost"}).items()})
+            print(f"# round {r + 1}/{args.rounds}: {time.perf_counter() - t_round:.1f} s, "
+                  f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        for w in workers.values():
+            w.close()
+
+    report(args, cfgs, prompts, runs, model_bytes, costs)
+    if args.json:
+        with open(args.json, "w") as fp:
+            json.dump({"args": vars(args), "prompts": toks, "costs": costs,
+                       "runs": {f"{k[0]}|{k[1]}": [asdict(x) for x in v] for k, v in runs.items()}}, fp)
+    load1 = os.getloadavg()
+    print(f"\n# done in {time.perf_counter() - t_start:.0f} s; load average {load0[0]:.2f} -> {load1[0]:.2f}")
+
+
+def report(args, cfgs, prompts, runs, model_bytes, costs):
+    R = args.rounds
+    by = {c.name: c for c in cfgs}
+
+    def round_speed(name, r, ps=None):
+        """tok/s of one config in round r over prompts ps (tokens / decode time)."""
+        ps = ps or prompts
+        n = sum(runs[(name, p)][r].n for p in ps)
+        t = sum(runs[(name, p)][r].decode_s for p in ps)
+        return n / t if t > 0 else float("nan")
+
+    def speed(name, p=None):
+        return med([round_speed(name, r, [p] if p else None) for r in range(R)])
+
+    def ratio(a, b, p=None):
+        if a not in by or b not in by:
+            return float("nan")
+        ps = [p] if p else None
+        return med([round_speed(a, r, ps) / round_speed(b, r, ps) for r in range(R)])
+
+    print("\n## Decode speed (tok/s, median over rounds; 'all' = answer tokens / decode time over all prompts)\n")
+    rows = [[c.name] + [f1(speed(c.name, p)) for p in prompts]
+            + [f1(speed(c.name)), f2(model_bytes * speed(c.name) / 1e9)] for c in cfgs]
+    print(table(["config"] + prompts + ["all", "GB/s"], rows))
+    print("\nGB/s = bandwidth achieved: model bytes x tok/s (for speculative rows: committed tokens/s).")
+
+    T = args.threads
+    other_t = 2 if T == 1 else 1
+    print("\n## Ratios measured in this run (median of per-round paired ratios)\n")
+    rows = []
+
+    def add(a, b, label=None):
+        if a in by and b in by:
+            rows.append([label or f"{a} / {b}"] + [f2(ratio(a, b, p)) for p in prompts] + [f2(ratio(a, b))])
+    for c in cfgs:
+        if c.side == "ours" and not c.plain and not c.env:
+            add(c.name, "ours plain")
+    add("ours plain", "native plain")
+    for c in cfgs:
+        if c.side == "native" and not c.plain:
+            add("ours " + c.spec, c.name)
+            add(c.name, "native plain")
+    add(f"ours plain t{other_t}", "ours plain", f"ours plain t{other_t} / t{T}")
+    add(f"native plain t{other_t}", "native plain", f"native plain t{other_t} / t{T}")
+    for label, _env in env_variants(args):
+        add(f"ours plain [{label}]", "ours plain", f"ours plain: [{label}] / default")
+        add(f"ours ngram-mod [{label}]", "ours ngram-mod", f"ours ngram-mod: [{label}] / default")
+        add(f"ours plain t{other_t} [{label}]", f"ours plain t{other_t}", f"ours plain t{other_t}: [{label}] / default")
+        add(f"ours plain t{other_t} [{label}]", f"ours plain [{label}]", f"ours plain t{other_t} / t{T}, both [{label}]")
+    print(table(["ratio"] + prompts + ["all"], rows))
+
+    print("\n## Drafting (summed over prompts and rounds)\n")
+    rows = []
+    for c in cfgs:
+        if c.plain:
+            continue
+        allr = [x for p in prompts for x in runs[(c.name, p)]]
+        drafted, acc = sum(x.drafted for x in allr), sum(x.accepted for x in allr)
+        n, steps = sum(x.n for x in allr), sum(x.steps for x in allr)
+        hist = []
+        for x in allr:
+            hist = add_hist(hist, x.hist)
+        per_prompt = " ".join(f"{p} {pct(sum(x.accepted for x in runs[(c.name, p)]), sum(x.drafted for x in runs[(c.name, p)]))}"
+                              for p in prompts)
+        params = f"n={c.ngram[0]} min={c.ngram[1]} max={c.ngram[2]}" if c.ngram else f"draft-tokens={c.draft_tokens}"
+        drafting_steps = sum(hist)
+        rows.append([c.name, params, drafted, pct(acc, drafted), per_prompt,
+                     f"{drafting_steps}/{steps}" if c.side == "ours" else "-",
+                     f2(n / steps) if steps else "-", " ".join(map(str, hist)) or "-",
+                     f2(1000 * sum(x.draft_s for x in allr) / steps) if steps else "-"])
+    print(table(["config", "params", "drafted", "accepted", "accepted per prompt", "steps drafting",
+                 "tokens/step", "accepted-length histogram 0,1,2,..", "draft ms/step"], rows))
+    print("\nHistogram: drafting steps by how many drafts the target accepted. Native reports drafted and "
+          "accepted only.")
+
+    print("\n## Output identity (every round against the first 'ours plain' run)\n")
+    rows = []
+    for c in cfgs:
+        cells = []
+        for p in prompts:
+            ref = runs[("ours plain", p)][0]
+            if c.side == "ours":
+                same = all(x.tokens == ref.tokens for x in runs[(c.name, p)])
+                cells.append("tokens equal" if same else "TOKENS DIFFER")
+            else:
+                same = all(x.text == ref.text for x in runs[(c.name, p)])
+                cells.append("text equal" if same else "text differs")
+        rows.append([c.name] + cells)
+    print(table(["config"] + prompts, rows))
+    print("\nOurs compare token ids; native compares text (its server returns text).")
+
+    print("\n## Our loop's time per verify step\n")
+    rows = []
+    for c in cfgs:
+        if c.side != "ours":
+            continue
+        allr = [x for p in prompts for x in runs[(c.name, p)]]
+        steps = sum(x.steps for x in allr)
+        dec, lib, dr = (sum(x.decode_s for x in allr), sum(x.in_lib_s for x in allr),
+                        sum(x.draft_s for x in allr))
+        if steps:
+            rows.append([c.name, steps, f2(1000 * dec / steps), f2(1000 * lib / steps), f2(1000 * dr / steps),
+                         f"{1e6 * (dec - lib - dr) / steps:.0f}", f"{(dec - lib - dr) / dec:.1%}"])
+    print(table(["config", "steps", "wall ms", "target llama_decode ms", "drafter ms",
+                 "rest us", "rest share"], rows))
+    print("\nrest = sampling (logits view, argmax), detokenizing, stop checks, bookkeeping, generator.")
+
+    for name, per_round in costs.items():
+        if not per_round:
+            continue
+        c = by[name]
+        mid = {k: med([d[k] for d in per_round]) for k in ROW_KS}
+        low = {k: min(d[k] for d in per_round) for k in ROW_KS}
+        print(f"\n## Verify-batch cost, {name} (threads {c.threads}, batch threads {c.threads_batch}; "
+              f"one measurement per round: median and fastest)\n")
+        print(table(["rows", "median ms", "x one row", "fastest ms", "x one row "],
+                    [[k, f2(1000 * mid[k]), f2(mid[k] / mid[1]), f2(1000 * low[k]), f2(low[k] / low[1])]
+                     for k in ROW_KS]))
+        if low[2] > 3 * low[1]:
+            print(f"\nWARNING: even the fastest 2-row batch cost {low[2] / low[1]:.0f}x a one-row decode: "
+                  "multi-threaded batches stall (another process holds a core while OpenMP threads spin-wait). "
+                  "Compare the [passive] rows (--passive) or rerun with --threads-batch 1.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
