@@ -14,8 +14,7 @@ All four index the history incrementally (each committed token is indexed once):
 - ``ngram-cache``: counts of next tokens after 1..4-token contexts; drafts the most
   frequent next token from the longest context that has a clear winner, repeatedly.
 
-Defaults (chosen by measurement on the demo model, see ``tools/bench_ngram.py`` and
-``tools/BENCHMARKS.md``): match length 4 (ngram-map-k and ngram-cache 3), drafts of 2 to
+Defaults (chosen by measurement on the demo model with ``tools/bench_ngram.py``): match length 4 (ngram-map-k and ngram-cache 3), drafts of 2 to
 8 tokens.
 """
 from collections import Counter
