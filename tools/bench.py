@@ -423,6 +423,8 @@ def main(argv=None):
                     help="also run plain, ngram-mod (and the thread comparison) with OMP_WAIT_POLICY=PASSIVE")
     ap.add_argument("--env", action="append", metavar="KEY=VALUE",
                     help="like --passive with another environment setting, e.g. GOMP_SPINCOUNT=10000 (repeatable)")
+    ap.add_argument("--load", type=int, default=0, metavar="N",
+                    help="run N busy-looping processes during the rounds: a reproducible busy neighbour")
     ap.add_argument("--no-row-cost", action="store_true", help="skip the verify-batch cost table")
     ap.add_argument("--native-keep-state", action="store_true",
                     help="keep one native ngram-mod server for all runs (its table then remembers earlier "
@@ -451,6 +453,7 @@ def main(argv=None):
     cfgs = make_configs(args)
     logdir = tempfile.mkdtemp(prefix="geniex-bench-")
     workers = {}
+    burners = []
     try:
         for c in cfgs:                       # start all, then wait: loads overlap
             workers[c.name] = Worker(c, path, logdir)
@@ -468,6 +471,10 @@ def main(argv=None):
         print(f"# worker logs: {logdir}")
         print("# prompts: " + ", ".join(f"{p} ({len(toks[p])} tokens)" for p in prompts), flush=True)
 
+        for _ in range(args.load):
+            burners.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        if burners:
+            print(f"# {len(burners)} busy-looping process(es) running during the rounds (--load)")
         runs = {(c.name, p): [] for c in cfgs for p in prompts}
         cost_workers = [] if args.no_row_cost else [w for w in workers.values()
                                                     if w.cfg.side == "ours" and w.cfg.plain
@@ -493,6 +500,9 @@ def main(argv=None):
             print(f"# round {r + 1}/{args.rounds}: {time.perf_counter() - t_round:.1f} s, "
                   f"load average {os.getloadavg()[0]:.2f}", flush=True)
     finally:
+        for b in burners:
+            b.kill()
+            b.wait()
         for w in workers.values():
             w.close()
 
