@@ -78,7 +78,7 @@ def add_model_flags(p):
                    help="stop drafting below this probability (0 = default, 0)")
     d.add_argument("--ngram-n", type=_nonneg(int, "--ngram-n"), default=0, help="n-gram match length (0 = method default)")
     d.add_argument("--ngram-min", type=_nonneg(int, "--ngram-min"), default=0, help="n-gram minimum draft (0 = method default)")
-    d.add_argument("--ngram-max", type=_nonneg(int, "--ngram-max"), default=0, help="n-gram maximum draft (0 = method default, 16); --draft-tokens limits model drafters")
+    d.add_argument("--ngram-max", type=_nonneg(int, "--ngram-max"), default=0, help="n-gram maximum draft (0 = method default, 8); --draft-tokens limits model drafters")
     return p
 
 
