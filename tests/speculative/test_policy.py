@@ -1,0 +1,51 @@
+"""The draft-length policy alone (no model); inside the loop: tests/engine/test_loop_replay.py."""
+import pytest
+
+from geniex.speculative.policy import GainPolicy
+
+pytestmark = pytest.mark.fast
+
+
+def trained(policy, method, accepted_share, steps=60, k=4):
+    """Feed ``steps`` observations where each draft token is right with a fixed pattern."""
+    for i in range(steps):
+        ok = k if (i % 10) < accepted_share * 10 else 0
+        draft = list(range(k))
+        sampled = draft[:ok] + [99]
+        policy.observe(method, draft, sampled, 0.0)
+    return policy
+
+
+def test_no_draft_when_drafts_are_wrong_and_rows_cost():
+    p = trained(GainPolicy(slope=0.3, one_row_seconds=0.01), "m", 0.0)
+    assert p.acceptance("m") < 0.1
+    assert p.best("m", 8) == 0
+    assert p.cap(8) == 1                   # still offered one token, to keep learning
+
+
+def test_long_drafts_when_they_are_accepted():
+    p = trained(GainPolicy(slope=0.3, one_row_seconds=0.01), "m", 1.0)
+    assert p.acceptance("m") > 0.9
+    assert p.best("m", 8) == 8
+
+
+def test_free_rows_make_any_acceptance_worth_drafting():
+    p = trained(GainPolicy(slope=0.0, one_row_seconds=0.01), "m", 0.3)
+    assert p.best("m", 8) == 8
+
+
+def test_drafting_cost_counts():
+    p = GainPolicy(slope=0.05, one_row_seconds=0.01)
+    for _ in range(30):
+        p.observe("slow", [1, 2], [1, 9], draft_time=0.02)     # drafting = 1 row per token
+        p.observe("free", [1, 2], [1, 9], draft_time=0.0)
+    assert p.best("slow", 8) < p.best("free", 8) or p.best("slow", 8) == 0
+
+
+def test_a_cut_draft_still_teaches():
+    # k = 0 chosen, but the offered token is compared with the target's own token.
+    p = GainPolicy(slope=0.3, one_row_seconds=0.01)
+    before = p.acceptance("m")
+    for _ in range(10):
+        p.observe("m", [5], [5], 0.0)
+    assert p.acceptance("m") > before
