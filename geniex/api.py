@@ -11,25 +11,28 @@ breakpoint inside the ``for`` stops between steps with the loop's state in hand.
 from geniex import config
 from geniex.engine.chat import Conversation
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, SpecOptions, open_session
 from geniex.engine.sampling import SamplingParams
+from geniex.engine.session import LoadOptions, open_session
+from geniex.speculative import options as spec_options
 
 
-def load(model="demo", *, spec_type="", draft_model="", draft_tokens=3, draft_min=0, draft_p_min=0.0,
-         nctx=4096, ngl=-1, compute=None, threads=0, data_dir=None):
+def load(model="demo", *, nctx=4096, ngl=-1, compute=None, threads=0, data_dir=None, **spec):
     """Open a Session on a store name or GGUF path, with optional speculative decoding.
 
+    ``spec`` takes the speculative settings by their flag names (``spec_type``,
+    ``draft_model``, ``draft_tokens``, ``draft_min``, ``draft_p_min``, ``ngram_n``,
+    ``ngram_min``, ``ngram_max``: see :data:`geniex.speculative.options.FIELDS`).
     Names resolve through the same store as the CLI (nothing is downloaded here: pull
     with ``geniex pull`` first).
     """
     from geniex.store import Store
     store = Store(config.data_dir(data_dir))
     resolved = store.resolve(model)
-    draft_path = store.resolve(draft_model).path if draft_model else None
-    types = tuple(t.strip() for t in spec_type.split(",") if t.strip()) if spec_type else ()
-    spec = SpecOptions(types=types, draft_model=draft_model, draft_path=draft_path, n_max=draft_tokens,
-                       n_min=draft_min, p_min=draft_p_min)
-    return open_session(resolved, LoadOptions(nctx=nctx, ngl=ngl, compute=compute, threads=threads, spec=spec))
+    draft = spec.get("draft_model")
+    draft_path = store.resolve(draft).path if draft else None
+    options = LoadOptions(nctx=nctx, ngl=ngl, compute=compute, threads=threads,
+                          spec=spec_options.from_kwargs(spec, draft_path))
+    return open_session(resolved, options)
 
 
 def chat(session, system_prompt=None):

@@ -3,7 +3,7 @@ import pytest
 
 from geniex.engine.chat import Conversation
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, Session
+from geniex.engine.session import LoadOptions, Session
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.text import TextStream
 from geniex.errors import ContextLengthExceeded, GenieXError

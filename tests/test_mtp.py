@@ -37,10 +37,11 @@ import pytest
 
 from geniex.engine.chat import Conversation
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+from geniex.engine.session import LoadOptions, Session
+from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.errors import SpecSetupError
-from geniex.speculative.setup import FALLBACK
+from geniex.speculative.build import FALLBACK
 
 SEEDED = [(0.8, 1), (0.8, 2), (1.0, 3), (0.5, 17)]     # (temperature, seed)
 WORDS = ("the cat sat on a mat while he thinks of rain in her garden and other things "
@@ -371,7 +372,7 @@ def test_conversation_reuse(tiny, q8):
 
 def test_draft_context_after_target_decoded_is_refused(tiny):
     from geniex.llama.objects import Model
-    from geniex.speculative.drafters.mtp import MtpDrafter
+    from geniex.speculative.drafters.mtp import MtpAssistant
     target, draft = tiny["aligned"]
     session = Session(target, LoadOptions(nctx=512))
     try:
@@ -380,7 +381,7 @@ def test_draft_context_after_target_decoded_is_refused(tiny):
         assistant = Model(draft)
         try:
             with pytest.raises(SpecSetupError, match="before the target decodes"):
-                MtpDrafter(session, assistant, 3, 0.0)
+                MtpAssistant(session.target, assistant, 3, 0, 0.0)
         finally:
             assistant.close()
         # Still alive, and the target's KV bookkeeping is intact.
@@ -484,7 +485,7 @@ def test_cli_mismatched_pairs_fall_back(tiny, cli):
     never a library abort. Also draft-mtp without --draft-model on a target that has
     no NextN layers."""
     cases = [(name, t, d, reason) for name, (t, d, reason) in tiny["mismatched"].items()]
-    cases.append(("no draft", tiny["pair"][0], None, "draft-mtp needs --draft-model"))
+    cases.append(("no draft", tiny["pair"][0], None, "draft-mtp needs a draft model"))
     plain = {}
     for name, target, draft, reason in cases:
         args = ["infer", target, "-p", PROMPT, "--spec-type", "draft-mtp", "--max-tokens", "24"]
@@ -566,3 +567,28 @@ def test_cli_draft_knobs(tiny, cli, tmp_path):
     # p-min cuts drafts short; --draft-min 3 drops the ones shorter than 3.
     assert any(0 < len(d) < 3 for d in drafted("pmin0.15"))
     assert any(drafted("min3")) and all(len(d) >= 3 for d in drafted("min3") if d)
+
+
+@pytest.fixture(scope="module")
+def long_pair(tmp_path_factory):
+    """The aligned pair trained for 2,048 positions, its target stored as Q8_0."""
+    import tiny_gemma4
+    d = tmp_path_factory.mktemp("long")
+    target, draft = tiny_gemma4.make_pair(d, aligned=True, context_length=2048)
+    return q8_copy(target, d / "target-q8.gguf"), draft
+
+
+@pytest.mark.parametrize("n_prompt", [480, 1000])
+def test_identical_past_long_positions_at_defaults(long_pair, sessions, n_prompt):
+    """At the shipped defaults (every core, q8_0 KV cache, which the assistant reads),
+    answers running past position 512 and 1,024 are plain decoding's, greedy and seeded."""
+    target, draft = long_pair
+    plain, spec = sessions.get(target, nctx=2048), sessions.get(target, draft, nctx=2048)
+    assert spec.options.cache_type_k == "q8_0" and spec.drafter.ctx.params.type_k == spec.ctx.params.type_k
+    toks = prompt_of(plain, n_prompt, salt=3)
+    for temperature, seed in [(0.0, 0)] + SEEDED[:2]:
+        out, _, _, steps, stats = same_as_plain(spec, plain, toks, max_tokens=64,
+                                                temperature=temperature, seed=seed)
+        assert len(out) > 40 and n_prompt + len(out) > (512 if n_prompt < 512 else 1024)
+        if temperature == 0:
+            assert stats.accepted > 0

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+from geniex.engine.session import LoadOptions, Session
+from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.drafters import ngram
-from geniex.speculative.setup import FALLBACK
+from geniex.speculative.options import NGRAM_DEFAULTS
+from geniex.speculative.build import FALLBACK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import tiny_nextn  # noqa: E402
@@ -111,7 +113,7 @@ def test_hybrid_target_keeps_snapshots_for_the_longest_draft(models, plain):
         types=("ngram-mod", "draft-mtp"), n_max=3)))
     try:
         assert s.speculative, s.spec_notes
-        assert s.n_rs_seq == max(3, ngram.DEFAULTS["ngram-mod"][2])
+        assert s.n_rs_seq == max(3, NGRAM_DEFAULTS["ngram-mod"][2])
         tokens = s.vocab.tokenize("a b c a b c a b c a b c a b c")
         want, _, _ = run(plain, tokens)
         got, _, stats = run(s, tokens)
@@ -135,6 +137,27 @@ def test_no_nextn_layers_needs_draft_model(models):
     s = Session(models["plain"], LoadOptions(nctx=256, spec=SpecOptions(types=("draft-mtp",))))
     try:
         assert not s.speculative
-        assert "draft-mtp needs --draft-model" in s.spec_notes[0]
+        assert "draft-mtp needs a draft model" in s.spec_notes[0]
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("temperature,seed", [(0.0, 0), (0.8, 1)])
+def test_identical_past_long_positions_at_defaults(tmp_path, temperature, seed):
+    """At the shipped defaults (every core, q8_0 KV cache for the target and the NextN
+    context), answers running past position 1,024 are plain decoding's."""
+    path = tiny_nextn.write_target(tmp_path / "nextn-long.gguf", context_length=2048)
+    spec_s = Session(path, LoadOptions(nctx=2048, spec=SpecOptions(types=("draft-mtp",), n_max=3)))
+    plain_s = Session(path, LoadOptions(nctx=2048))
+    try:
+        assert spec_s.speculative, spec_s.spec_notes
+        assert spec_s.drafter.ctx.params.type_k == spec_s.ctx.params.type_k
+        words = " ".join(PROMPTS[1].split() * 120)
+        toks = plain_s.tokenize_prompt(words)[:1000]
+        p, _, _ = run(plain_s, toks, max_tokens=60, temperature=temperature, seed=seed, speculative=False)
+        s, _, stats = run(spec_s, toks, max_tokens=60, temperature=temperature, seed=seed)
+        assert s == p and len(toks) + len(p) > 1024
+        assert stats.drafted > 0
+    finally:
+        spec_s.close()
+        plain_s.close()

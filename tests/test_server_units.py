@@ -21,7 +21,7 @@ class FakeSession:
 
 
 def key(model="m", nctx=4096, spec=()):
-    return CacheKey(model, nctx, -1, None, spec)
+    return CacheKey(model, nctx, -1, ("CPU",), ("q8_0", "q8_0"), spec)
 
 
 # -- SSE ---------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_cache_key():
     assert not key().satisfied_by(None)
     assert not key(nctx=1024).satisfied_by(key())
     assert not key(spec=(("ngram-mod",),)).satisfied_by(key())
-    assert CacheKey("m", 4096, -1, None, None).satisfied_by(key(spec=(("ngram-mod",),)))   # completions
+    assert CacheKey("m", 4096, -1, ("CPU",), ("q8_0", "q8_0"), None).satisfied_by(key(spec=(("ngram-mod",),)))   # completions
 
 
 def test_cache_reloads_on_a_new_key_and_frees_the_old_model_first():

@@ -14,10 +14,11 @@ import pytest
 from fakehub import fake_hub  # noqa: F401  (fixture)
 from geniex.engine.chat import Conversation
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+from geniex.engine.session import LoadOptions, Session
+from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.drafters.base import Draft, Drafter
-from geniex.speculative.setup import FALLBACK
+from geniex.speculative.build import FALLBACK
 
 REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over the lazy dog. "
           "The quick brown fox jumps over the lazy dog again.")
@@ -91,14 +92,14 @@ class Oracle(Drafter):
 
     def __init__(self, ref, k):
         self.ref, self.k = ref, k
-        self.cap = k
+        self.n_max = k
 
     def begin(self, history, n_past, target_row):
         self.start = n_past + 1      # history index of the first answer token
 
-    def propose(self, history, n_past, n_max):
+    def propose(self, history, n_past, room):
         i = n_past + 1 - self.start
-        return Draft(list(self.ref[i:i + min(self.k, n_max)]))
+        return Draft(list(self.ref[i:i + self.limit(room)]))
 
 
 class Contrarian(Oracle):
@@ -106,10 +107,10 @@ class Contrarian(Oracle):
 
     name = "contrarian"
 
-    def propose(self, history, n_past, n_max):
+    def propose(self, history, n_past, room):
         i = n_past + 1 - self.start
         nxt = self.ref[i] if i < len(self.ref) else 0
-        return Draft([(nxt + 1) % 1000, 5, 6][:min(self.k, n_max)])
+        return Draft([(nxt + 1) % 1000, 5, 6][:self.limit(room)])
 
 
 def test_oracle_drafter_counters_and_multi_token_commits(plain, reference):
@@ -206,11 +207,11 @@ def test_incompatible_vocabulary_is_refused(demo_model, tiny):
 def test_setup_failures_fall_back_with_the_geniex_line(cli, tmp_path, tiny):
     target, assistant = tiny["pair"]
     cases = [
-        (["--spec-type", "ngram-bogus"], "unknown --spec-type ngram-bogus"),
+        (["--spec-type", "ngram-bogus"], "unknown speculative method ngram-bogus"),
         (["--spec-type", "draft-simple", "--draft-model", tmp_path / "missing.gguf"], "missing.gguf"),
         (["--spec-type", "draft-simple", "--draft-model", target], "vocabulary sizes differ"),
-        (["--spec-type", "draft-simple"], "draft-simple needs --draft-model"),
-        (["--spec-type", "draft-mtp"], "draft-mtp needs --draft-model"),
+        (["--spec-type", "draft-simple"], "draft-simple needs a draft model"),
+        (["--spec-type", "draft-mtp"], "draft-mtp needs a draft model"),
         (["--spec-type", "draft-eagle3", "--draft-model", target], "not an EAGLE-3 draft"),
         (["--spec-type", "draft-mtp", "--draft-model", "nobody/nothing-here-GGUF"], "nobody/nothing-here-GGUF"),
     ]

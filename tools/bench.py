@@ -133,7 +133,7 @@ def env_variants(args):
 
 
 def make_configs(args):
-    from geniex.speculative.drafters.ngram import DEFAULTS
+    from geniex.speculative.options import NGRAM_DEFAULTS as DEFAULTS
     T, TB = args.threads, args.threads_batch
     other_t = 2 if T == 1 else 1
     if args.methods:
@@ -173,7 +173,8 @@ class OursHandler:
 
     def __init__(self, cfg, model_path):
         from geniex.engine import loop
-        from geniex.engine.runtime import LoadOptions, Session, SpecOptions
+        from geniex.engine.session import LoadOptions, Session
+        from geniex.speculative.options import SpecOptions
         if cfg.plain:
             spec = SpecOptions()
         elif cfg.spec == "draft-simple":

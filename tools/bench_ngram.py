@@ -37,11 +37,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (tools/bench.py: prompts, workers, table helpers)
 
-from geniex.engine import loop  # noqa: E402
 from geniex.engine.loop import GenOptions  # noqa: E402
 from geniex.engine.sampling import SamplingParams  # noqa: E402
-from geniex.llama.objects import Batch  # noqa: E402
 from geniex.speculative.drafters import ngram  # noqa: E402
+from geniex.speculative.options import NGRAM_DEFAULTS  # noqa: E402
 
 NS = (2, 3, 4, 6, 8, 12, 24)
 MINS = (1, 2, 4, 48)
@@ -99,64 +98,17 @@ PROMPTS = {
 # ---------------------------------------------------------------------------------
 # Replay: the real loop and drafters against a context that follows the plain answer
 
-class _ReplayCtx:
-    def __init__(self, sequence, n_vocab, n_ctx=bench.NCTX):
-        self.sequence = sequence          # prompt + plain answer (with its end token)
-        self.n_vocab = n_vocab
-        self.n_ctx = n_ctx
-        self.n_batch = 512
-        self.rows = []
-        self._buf = np.zeros(n_vocab, dtype=np.float32)
-        self._hot = None
-
-    def decode(self, batch):
-        n = batch.struct.n_tokens
-        self.rows = [int(p) for p in batch.pos[:n]]
-
-    def logits(self, i):
-        if self._hot is not None:
-            self._buf[self._hot] = 0.0
-        nxt = self.rows[i] + 1
-        if nxt >= len(self.sequence):
-            raise RuntimeError("replay ran past the plain answer")
-        self._hot = self.sequence[nxt]
-        self._buf[self._hot] = 1.0
-        return self._buf
-
-    def trim(self, p0):
-        pass
-
-
-class _ReplayVocab:
-    def __init__(self, eog):
-        self.eog = eog
-
-    def piece(self, token):
-        return b""
-
-
-class _ReplaySession:
-    def __init__(self, sequence, n_vocab, eog):
-        self.ctx = _ReplayCtx(sequence, n_vocab)
-        self.vocab = _ReplayVocab(eog)
-        self.batch = Batch(512)
-        self.kv_tokens = []
-
-    def sync_kv(self, tokens, keep_at_most):
-        self.kv_tokens = []
-        return 0
-
-
 def replay(prompt, answer, n_tokens, n_vocab, eog, method, n, lo, hi):
     """Stats and per-step row counts of one method/parameter set on one answer."""
-    from geniex.engine.runtime import SpecOptions
+    from geniex.speculative.options import SpecOptions
     from geniex.engine.stats import Stats
-    session = _ReplaySession(list(prompt) + list(answer), n_vocab, eog)
+    from replay import ReplayTarget
+    target = ReplayTarget(list(prompt) + list(answer), n_vocab, eog, n_ctx=bench.NCTX)
     drafter = ngram.make(method, SpecOptions(types=(method,), ngram_n=n, ngram_min=lo, ngram_max=hi))
-    opts = GenOptions(max_tokens=n_tokens, sampling=SamplingParams(seed=1), n_max=drafter.cap, n_min=0)
+    opts = GenOptions(max_tokens=n_tokens, sampling=SamplingParams(seed=1))
     stats = Stats()
     rows, committed = [], []
-    for step in loop.steps(session, prompt, opts, drafter, None, stats):
+    for step in target.steps(prompt, opts, drafter, None, stats):
         rows.append(len(step.drafted) + 1)
         committed.extend(step.committed)
     return stats, rows, committed
@@ -301,7 +253,7 @@ def main(argv=None):
 
     best = {}
     for method in args.methods:
-        dmin = ngram.DEFAULTS[method][1]
+        dmin = NGRAM_DEFAULTS[method][1]
         # Among equal scores prefer the current default's minimum draft.
         ranked = distinct(method, sorted(grid, key=lambda prm: (-round(summary(method, prm, target)["tps"], 6),
                                                                  abs(prm[1] - dmin))))
@@ -311,12 +263,12 @@ def main(argv=None):
         print(f"\n## {method}: replay on {', '.join(target)} (prose as control; best predicted "
               "ratio first, then best tokens/step; equal outcomes shown once)\n")
         show = []
-        for prm in by_pred[:6] + ranked[:4] + [ngram.DEFAULTS[method], UPSTREAM]:
+        for prm in by_pred[:6] + ranked[:4] + [NGRAM_DEFAULTS[method], UPSTREAM]:
             if prm not in show:
                 show.append(prm)
         rows = []
         for prm in show:
-            label = (" (current default)" if prm == ngram.DEFAULTS[method] else "") + \
+            label = (" (current default)" if prm == NGRAM_DEFAULTS[method] else "") + \
                     (" (upstream)" if prm == UPSTREAM else "")
             rows.append(row(method, prm, label))
         print(bench.table(headers, rows))
@@ -346,7 +298,7 @@ def main(argv=None):
     seen = set()
     for method in args.timed_methods:
         ranked, by_pred = best[method]
-        pts = [UPSTREAM, ngram.DEFAULTS[method]] + by_pred[:args.shortlist] + ranked[:args.tps_points]
+        pts = [UPSTREAM, NGRAM_DEFAULTS[method]] + by_pred[:args.shortlist] + ranked[:args.tps_points]
         for prm in pts:
             if (method, prm) not in seen:
                 seen.add((method, prm))

@@ -422,7 +422,8 @@ def write_llama(path: str | Path, *, seed: int = 3, width: int = 64, n_layer: in
     return path
 
 
-def make_pair(directory: str | Path, *, aligned: bool = False) -> tuple[Path, Path]:
+def make_pair(directory: str | Path, *, aligned: bool = False,
+              context_length: int = 512) -> tuple[Path, Path]:
     """Write a matching pair into ``directory``: ``(target_path, assistant_path)``.
 
     The default pair is fully random: its drafts are (almost) never accepted, which
@@ -431,12 +432,13 @@ def make_pair(directory: str | Path, *, aligned: bool = False) -> tuple[Path, Pa
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
+    n = context_length
     if aligned:
-        target = write_target(d / "tiny-gemma4-target-aligned.gguf", aligned=True)
+        target = write_target(d / "tiny-gemma4-target-aligned.gguf", aligned=True, context_length=n)
         return target, write_assistant(d / "tiny-gemma4-assistant-aligned.gguf",
-                                       align_with=target)
-    return (write_target(d / "tiny-gemma4-target.gguf"),
-            write_assistant(d / "tiny-gemma4-assistant.gguf"))
+                                       align_with=target, context_length=n)
+    return (write_target(d / "tiny-gemma4-target.gguf", context_length=n),
+            write_assistant(d / "tiny-gemma4-assistant.gguf", context_length=n))
 
 
 def make_mismatched(directory: str | Path) -> dict[str, tuple[Path, Path, str]]:

@@ -4,11 +4,12 @@ import sys
 
 from geniex import config, profile
 from geniex.cli import console
-from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, load_options, spec_types
+from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, load_options
 from geniex.engine.chat import Conversation
-from geniex.engine.runtime import open_session
+from geniex.engine.session import open_session
 from geniex.errors import GenieXError, UsageError
-from geniex.speculative.setup import FALLBACK
+from geniex.speculative.build import FALLBACK
+from geniex.speculative.options import parse_types
 
 log = logging.getLogger("geniex.cli")
 
@@ -31,7 +32,7 @@ def _resolve_models(args, store):
     model = store.resolve(args.model or DEMO_NAME, pull_missing=True)
     draft_path = None
     if args.draft_model:
-        if not spec_types(args.spec_type):
+        if not parse_types(args.spec_type):
             log.warning("--draft-model has no effect without --spec-type")
         else:
             try:
@@ -55,10 +56,12 @@ def run(args):
     try:
         if verbose:
             print(f"model: {model.name} ({session.model.describe()}); {session.device_note}; "
-                  f"context {session.ctx.n_ctx} tokens; threads {session.threads}/{session.threads_batch}",
+                  f"context {session.ctx.n_ctx} tokens; threads {session.threads}/{session.threads_batch}; "
+                  f"KV cache {session.options.cache_type_k}/{session.options.cache_type_v}",
                   file=sys.stderr)
             for note in session.spec_notes:
-                print(note, file=sys.stderr)
+                if not note.startswith(FALLBACK):      # already logged as a warning
+                    print(note, file=sys.stderr)
         if args.spec_trace:
             from geniex.speculative.trace import Tracer
             try:
@@ -108,4 +111,4 @@ def _answer(chat, prompt, opts, ctrl, tracer, verbose):
 
 def _clear(chat):
     chat.messages = [m for m in chat.messages if m["role"] == "system"]
-    chat.session.reset()
+    chat.session.reset(drafts=True)

@@ -6,12 +6,11 @@ exactly the same flags with the same defaults.
 import argparse
 
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, SpecOptions
 from geniex.engine.sampling import SamplingParams
+from geniex.engine.session import LoadOptions
 from geniex.errors import UsageError
-
-SPEC_TYPES = ("draft-mtp", "draft-simple", "draft-eagle3", "ngram-mod", "ngram-simple",
-              "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+from geniex.llama.cache_types import CACHE_TYPES
+from geniex.speculative import options as spec_options_table
 
 
 def _positive(name):
@@ -38,6 +37,14 @@ def _nonneg(kind, name):
     return parse
 
 
+def _cache_type(name):
+    def parse(value):
+        if value.lower() not in CACHE_TYPES:
+            raise argparse.ArgumentTypeError(f"{name} {value!r}: expected one of {', '.join(CACHE_TYPES)}")
+        return value.lower()
+    return parse
+
+
 def add_chat_flags(p):
     """MODEL, ``-p`` and ``-i``: what to talk to and what to say (infer and run)."""
     p.add_argument("model", nargs="?", default=None,
@@ -56,7 +63,12 @@ def add_model_flags(p):
     g.add_argument("-n", "--ngl", type=int, default=-1, help="layers to offload, -1 = all (default -1)")
     g.add_argument("--nctx", type=_positive("--nctx"), default=4096, help="context length in tokens (default 4096)")
     g.add_argument("--threads", type=_nonneg(int, "--threads"), default=0,
-                   help="threads for one-token decodes (default 1: keeps speculative output bitwise identical; see README)")
+                   help="threads for decoding (default 0 = every physical core)")
+    g.add_argument("-ctk", "--cache-type-k", type=_cache_type("--cache-type-k"), default="q8_0",
+                   help="KV cache type for K: " + ", ".join(CACHE_TYPES) + " (default q8_0: keeps "
+                        "speculative output bitwise identical on every core; see README)")
+    g.add_argument("-ctv", "--cache-type-v", type=_cache_type("--cache-type-v"), default="q8_0",
+                   help="KV cache type for V (default q8_0)")
     s = p.add_argument_group("answer")
     s.add_argument("--max-tokens", type=_positive("--max-tokens"), default=2048, help="answer length limit (default 2048)")
     s.add_argument("--stop", action="append", default=[], help="stop string (repeatable); not printed")
@@ -69,45 +81,28 @@ def add_model_flags(p):
     s.add_argument("--presence-penalty", type=float, default=0.0)
     s.add_argument("--frequency-penalty", type=float, default=0.0)
     s.add_argument("--seed", type=_nonneg(int, "--seed"), default=0, help="0 = random")
-    d = p.add_argument_group("speculative decoding")
-    d.add_argument("--spec-type", default="", help="comma list of: " + ", ".join(SPEC_TYPES) + " (default off)")
-    d.add_argument("--draft-model", default="", help="draft model: store name org/repo[:precision] or a GGUF path")
-    d.add_argument("--draft-tokens", type=_positive("--draft-tokens"), default=3, help="max draft tokens per step (default 3)")
-    d.add_argument("--draft-min", type=_nonneg(int, "--draft-min"), default=0, help="drop shorter drafts (0 = default, 0)")
-    d.add_argument("--draft-p-min", type=_nonneg(float, "--draft-p-min"), default=0.0,
-                   help="stop drafting below this probability (0 = default, 0)")
-    d.add_argument("--ngram-n", type=_nonneg(int, "--ngram-n"), default=0, help="n-gram match length (0 = method default)")
-    d.add_argument("--ngram-min", type=_nonneg(int, "--ngram-min"), default=0, help="n-gram minimum draft (0 = method default)")
-    d.add_argument("--ngram-max", type=_nonneg(int, "--ngram-max"), default=0, help="n-gram maximum draft (0 = method default, 8); --draft-tokens limits model drafters")
+    spec_options_table.add_flags(p.add_argument_group("speculative decoding"))
     return p
 
 
-def spec_types(value):
-    """``--spec-type`` comma list -> tuple of names (unknown names are kept: setup
-    refuses them with a reason and falls back, as GenieX does)."""
-    return tuple(t.strip().lower() for t in (value or "").split(",") if t.strip())
-
-
 def sampling_params(args):
+    """SamplingParams from parsed flags."""
     return SamplingParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
         frequency_penalty=args.frequency_penalty, seed=args.seed)
 
 
-def spec_options(args, draft_path=None):
-    return SpecOptions(
-        types=spec_types(args.spec_type), draft_model=args.draft_model, draft_path=draft_path,
-        n_max=args.draft_tokens, n_min=args.draft_min, p_min=args.draft_p_min,
-        ngram_n=args.ngram_n, ngram_min=args.ngram_min, ngram_max=args.ngram_max)
-
-
 def load_options(args, draft_path=None):
+    """LoadOptions (with the speculative settings) from parsed flags."""
     return LoadOptions(nctx=args.nctx, ngl=args.ngl, compute=args.compute, threads=args.threads,
-                       spec=spec_options(args, draft_path))
+                       cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
+                       data_dir=getattr(args, "data_dir", None),
+                       spec=spec_options_table.from_args(args, draft_path))
 
 
 def gen_options(args):
+    """GenOptions (length, stop strings, sampling) from parsed flags."""
     if any(not s for s in args.stop):
         raise UsageError("--stop needs a non-empty string")
     return GenOptions(max_tokens=args.max_tokens, stop=tuple(args.stop), sampling=sampling_params(args))

@@ -12,9 +12,10 @@ from urllib.parse import quote
 
 from geniex import profile
 from geniex.cli import console
-from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, spec_types
+from geniex.cli.options import add_chat_flags, add_model_flags, gen_options
 from geniex.errors import GenieXError, UsageError
 from geniex.server import DEFAULT_HOST
+from geniex.speculative import options as spec_options
 
 KEEP_CACHE = {"GenieX-KeepCache": "true"}
 CONNECT_TIMEOUT = 5      # seconds; reading has no limit (loading a big model takes a while)
@@ -86,6 +87,7 @@ def request_fields(args, model_id):
     s = opts.sampling
     fields = {
         "model": model_id, "nctx": args.nctx, "ngl": args.ngl,
+        "cache_type_k": args.cache_type_k, "cache_type_v": args.cache_type_v,
         "max_completion_tokens": opts.max_tokens,
         "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
         "repetition_penalty": s.repetition_penalty, "presence_penalty": s.presence_penalty,
@@ -95,15 +97,9 @@ def request_fields(args, model_id):
         fields["compute"] = args.compute
     if opts.stop:
         fields["stop"] = list(opts.stop)
-    types = spec_types(args.spec_type)
-    if types:
-        fields.update({
-            "spec_type": ",".join(types), "spec_n_max": args.draft_tokens, "spec_n_min": args.draft_min,
-            "spec_p_min": args.draft_p_min, "spec_ngram_n": args.ngram_n, "spec_ngram_min": args.ngram_min,
-            "spec_ngram_max": args.ngram_max,
-        })
-        if args.draft_model:
-            fields["spec_draft_model"] = _as_server_name(args.draft_model)
+    spec = spec_options.from_args(args)
+    spec.draft_model = _as_server_name(spec.draft_model) if spec.draft_model else ""
+    fields.update(spec_options.to_request(spec))
     return fields
 
 

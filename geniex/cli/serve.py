@@ -2,6 +2,7 @@
 import os
 
 from geniex.errors import UsageError
+from geniex.llama.cache_types import CACHE_TYPES
 from geniex.server import DEFAULT_HOST
 
 
@@ -19,8 +20,17 @@ def register(sub):
     p.add_argument("-n", "--ngl", type=int, default=-1, help="default layers to offload, -1 = all (default -1)")
     p.add_argument("-c", "--compute", default=None,
                    help="default compute: cpu, gpu, npu, hybrid or devices like HTP0,HTP1 (default: best available)")
+    p.add_argument("-ctk", "--cache-type-k", default="q8_0", help="default KV cache type for K (default q8_0)")
+    p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
     p.add_argument("--origins", default="*", help="CORS: allowed origins, comma separated (default *)")
     p.set_defaults(func=run)
+
+
+def ggml_name(value):
+    """A cache type name as the flag gave it, checked."""
+    if value.lower() not in CACHE_TYPES:
+        raise UsageError(f"unknown KV cache type {value!r} (known: {', '.join(CACHE_TYPES)})")
+    return value.lower()
 
 
 def _keepalive(value):
@@ -40,6 +50,8 @@ def run(args):
     if args.nctx < 1:
         raise UsageError(f"--nctx must be a positive number of tokens (got {args.nctx})")
     config = ServerConfig(data_dir=args.data_dir, keepalive=_keepalive(args.keepalive),
-                          defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute),
+                          defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
+                                            cache_type_k=ggml_name(args.cache_type_k),
+                                            cache_type_v=ggml_name(args.cache_type_v)),
                           origins=args.origins)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST)

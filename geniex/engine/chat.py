@@ -64,7 +64,7 @@ class ChatTemplate:
 
 
 class Conversation:
-    """A chat on a :class:`~geniex.engine.runtime.Session`.
+    """A chat on a :class:`~geniex.engine.session.Session`.
 
     Each turn renders the whole conversation and hands it to the session, which decodes
     only the tokens after the longest prefix already in its KV cache, so a follow-up

@@ -1,13 +1,17 @@
 """The accept loop: one loop for plain and speculative decoding.
 
-Plain decoding is this loop with a drafter that proposes nothing: each step decodes
-``[pending]`` and samples one row. With drafts, a step decodes
-``[pending, d1..dk]`` with logits on every row, samples row i with the same sampler,
-keeps going while the sample equals d(i+1), commits the accepted drafts plus the
-target's own token, and trims rejected positions from the KV cache. Because both
-modes run this code, they sample the same rows in the same order with the same random
-stream, so their outputs agree token for token wherever the library computes a row of
-a batch the same as a one-row decode (see README, "Identical output").
+Each step, as the README's "Speculative decoding" section describes it:
+
+1. **draft**: the drafter proposes up to ``room`` tokens after the pending token
+   (plain decoding is the drafter that proposes nothing);
+2. **verify**: decode ``[pending, d1..dk]`` with logits on every row, sample row i
+   with the answer's sampler, keep going while the sample equals d(i+1);
+3. **commit**: take the sampled tokens in order until one ends the answer (an end
+   token, a stop string, the length limit), and trim rejected rows from the KV cache.
+
+Plain and speculative answers run this same code, so they sample the same rows in the
+same order with the same random stream, and agree token for token wherever the library
+computes a row of a batch the same as a one-row decode (README, "Identical output").
 
 :func:`steps` is a generator of :class:`Step` records, so a caller can print text as it
 comes, trace each step, or step through the loop in a debugger.
@@ -15,22 +19,24 @@ comes, trace each step, or step through the loop in a debugger.
 import time
 from dataclasses import dataclass, field
 
-from geniex.errors import ContextLengthExceeded
 from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
-from geniex.speculative.drafters.base import EMPTY
+from geniex.errors import ContextLengthExceeded
+from geniex.llama.kv import PrefillCancelled, prefill
+from geniex.speculative.drafters.base import EMPTY, NO_DRAFTER
+from geniex.speculative.policy import FixedPolicy
+
+FIXED = FixedPolicy()
 
 
 @dataclass
 class GenOptions:
-    """How to answer: limits, stop strings, sampling, drafting."""
+    """How to answer: limits, stop strings, sampling."""
 
     max_tokens: int = 2048
     stop: tuple = ()
     sampling: object = None          # SamplingParams
-    n_max: int = 3                   # draft tokens per step at most
-    n_min: int = 0                   # shorter drafts are dropped
 
 
 @dataclass
@@ -53,168 +59,139 @@ class Step:
     extra: dict = field(default_factory=dict)
 
 
-def common_prefix(a, b, start=0):
-    """Length of the shared prefix of two token lists, ``start`` being known to match."""
-    n = min(len(a), len(b))
-    i = min(start, n)
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+def verify(ctx, batch, sampler, pending, n_past, drafts, eog):
+    """Decode ``[pending, *drafts]`` from position ``n_past`` with logits on every row and
+    sample the rows in order while the target agrees with the draft.
 
-
-def prefill(ctx, batch, tokens, start, end):
-    """Decode ``tokens[start:end]`` in chunks of the context's batch size.
-
-    Returns the batch row of the last decoded token (its output is on), or None.
+    Returns ``(sampled, accepted)``: the accepted drafts followed by the target's own
+    token (a row that disagrees, or the row after the last draft), and how many drafts
+    matched. An end token ends the sampling even where it matches its draft.
     """
-    row = None
-    pos = start
-    step = min(ctx.n_batch, batch.capacity)
-    while pos < end:
-        n = min(step, end - pos)
-        ctx.decode(batch.fill(tokens[pos:pos + n], pos))
-        row = n - 1
-        pos += n
-    return row
+    ctx.decode(batch.fill([pending, *drafts], n_past, all_logits=True))
+    sampled = []
+    for i in range(len(drafts) + 1):
+        tok = sampler.sample(ctx.logits(i))
+        sampler.accept(tok)
+        sampled.append(tok)
+        if i == len(drafts) or tok != drafts[i] or tok in eog:
+            break
+    last = len(sampled) - 1
+    return sampled, last + (last < len(drafts) and sampled[last] == drafts[last])
 
 
-def steps(session, prompt_tokens, opts, drafter=None, cancel=None, stats=None):
-    """Answer ``prompt_tokens`` on ``session`` (a :class:`~geniex.engine.runtime.Session`),
-    yielding a :class:`Step` per target decode. ``stats`` (a Stats) is filled in place.
+class Answer:
+    """The committed side of an answer: its sampler, its text and the stop rules."""
 
-    ``cancel()`` returning True ends the answer with stop reason ``user``.
-    """
+    def __init__(self, opts, vocab, n_vocab, history):
+        self.sampler = Sampler(opts.sampling, n_vocab, history)
+        self.stream = TextStream(opts.stop)
+        self.max_tokens = opts.max_tokens
+        self.eog, self.piece = vocab.eog, vocab.piece
+        self.generated = 0
+        self.stop = ""
+
+    def commit(self, sampled):
+        """Take ``sampled`` tokens in order until one ends the answer: an end token (not
+        part of the answer), a stop string (held back by the stream), or the length
+        limit. Returns ``(tokens used, answer tokens, text)``."""
+        committed, text = [], []
+        for tok in sampled:
+            if tok in self.eog:
+                self.stop = "eos"
+                return len(committed) + 1, committed, "".join(text)
+            committed.append(tok)
+            self.generated += 1
+            piece = self.stream.feed(self.piece(tok))
+            if piece:
+                text.append(piece)
+            if self.stream.stopped:
+                self.stop = "stop_sequence"
+            elif self.generated >= self.max_tokens:
+                self.stop = "length"
+            if self.stop:
+                break
+        return len(committed), committed, "".join(text)
+
+
+def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel=None, stats=None,
+          policy=FIXED):
+    """Answer ``prompt_tokens`` on the target context ``ctx`` (its cache tracked by ``kv``,
+    a :class:`~geniex.llama.kv.KvHistory`), yielding a :class:`Step` per target decode.
+    ``stats`` (a Stats) is filled in place; ``cancel()`` returning True ends the answer
+    with stop reason ``user``; ``policy`` sizes each draft (geniex.speculative.policy)."""
     stats = stats if stats is not None else Stats()
-    ctx, vocab, batch = session.ctx, session.vocab, session.batch
     t_start = time.perf_counter()
     history = list(prompt_tokens)
+    try:
+        row = _prefill_prompt(ctx, kv, batch, history, cancel, stats)
+    except PrefillCancelled as e:
+        kv.tokens = history[:e.pos]
+        stats.stop_reason = "user"
+        yield Step(0, e.pos, -1, [], None, "", [], 0, [], "", 0.0, 0.0, "user")
+        return
+    n_past = len(history) - 1
+    drafter.begin(history, n_past, row)
+    answer = Answer(opts, vocab, ctx.n_vocab, history)
+    rows = min(ctx.n_batch, batch.capacity)     # a verify batch never exceeds the context's batch
+    index = 0
+    t_decode = time.perf_counter()
+    try:
+        while not answer.stop:
+            if cancel is not None and cancel():
+                answer.stop = "user"
+            elif n_past >= ctx.n_ctx:
+                answer.stop = "context_length"
+            if answer.stop:
+                break
+            room = min(ctx.n_ctx - n_past, opts.max_tokens - answer.generated, rows) - 1
+            t0 = time.perf_counter()
+            draft = drafter.propose(history, n_past, policy.cap(room)) if room > 0 else EMPTY
+            method = draft.method or drafter.name
+            # The one cut, whatever the drafter returned: room, then the policy's choice.
+            drafts = draft.tokens[:policy.take(method, min(len(draft.tokens), room))]
+            t1 = time.perf_counter()
+            pending = history[n_past]
+            sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog)
+            used, committed, text = answer.commit(sampled)
+            history.extend(sampled[:used])
+            n_past += used
+            if used <= len(drafts):
+                ctx.trim(n_past)                # rows after the last used one hold rejected drafts
+            examined, accepted = min(used, len(drafts)), min(used, accepted)
+            policy.observe(method, draft.tokens, sampled, t1 - t0)
+            t2 = time.perf_counter()
+            stats.record_step(examined, accepted, t1 - t0, t2 - t1, t2 - t_start if committed else None)
+            if answer.stop:
+                text += answer.stream.flush()   # held text (a partial character) ends with us
+            else:
+                drafter.observe(history, n_past, used - 1, examined, accepted)
+            probs = list(draft.probs[:len(drafts)]) if drafts and draft.probs is not None else None
+            yield Step(index, n_past - used, pending, list(drafts), probs, method if drafts else "",
+                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop,
+                       {"offered": len(draft.tokens)} if len(draft.tokens) > len(drafts) else {})
+            index += 1
+    finally:
+        kv.tokens = history[:n_past]            # what the KV cache holds for the next answer
+    stats.finish(answer.generated, answer.stop, t_decode, t_start)
+    tail = answer.stream.flush()                # empty unless the loop ended before a verify
+    if tail or answer.stop in ("user", "context_length"):
+        yield Step(index, n_past, history[n_past] if n_past < len(history) else -1, [], None, "",
+                   [], 0, [], tail, 0.0, 0.0, answer.stop)
+
+
+def _prefill_prompt(ctx, kv, batch, history, cancel, stats):
+    """Bring the KV cache to ``history[:-1]`` (reusing what it already holds); returns
+    the batch row of the last decoded position, or None."""
+    t0 = time.perf_counter()
     if not history:
         raise ValueError("empty prompt")
     if len(history) > ctx.n_ctx:
         raise ContextLengthExceeded(
             f"the prompt has {len(history)} tokens but the context holds {ctx.n_ctx}; "
             "raise --nctx or shorten the prompt")
-    stats.prompt_tokens = len(history)
     n_past = len(history) - 1
-    reuse = session.sync_kv(history, keep_at_most=n_past)
-    stats.prompt_reused = reuse
-    row = prefill(ctx, batch, history, reuse, n_past)
-    stats.prompt_time = time.perf_counter() - t_start
-
-    drafter = drafter or _NoDrafter
-    drafter.begin(history, n_past, row)
-    sampler = Sampler(opts.sampling, ctx.n_vocab, history)
-    stream = TextStream(opts.stop)
-    eog = vocab.eog
-    generated = 0
-    index = 0
-    t_decode = time.perf_counter()
-    stop = ""
-    try:
-        while not stop:
-            if cancel is not None and cancel():
-                stop = "user"
-                break
-            if n_past >= ctx.n_ctx:
-                stop = "context_length"
-                break
-            pending = history[n_past]
-            # Never draft past the context, or past the answer's last allowed token.
-            room = min(opts.n_max, ctx.n_ctx - n_past - 1, opts.max_tokens - generated - 1)
-            t0 = time.perf_counter()
-            draft = drafter.propose(history, n_past, room) if room > 0 else EMPTY
-            tokens = draft.tokens
-            if len(tokens) > room:
-                tokens = tokens[:room]
-            if tokens and len(tokens) < opts.n_min:
-                tokens = ()
-            t1 = time.perf_counter()
-            n = len(tokens) + 1
-            batch.tokens[0] = pending
-            if tokens:
-                batch.tokens[1:n] = tokens
-            batch.pos[:n] = range(n_past, n_past + n)
-            batch.logits[:n] = 1
-            batch.struct.n_tokens = n
-            ctx.decode(batch)
-
-            target, committed, text = [], [], []
-            accepted = 0
-            for i in range(n):
-                tok = sampler.sample(ctx.logits(i))
-                sampler.accept(tok)
-                target.append(tok)
-                history.append(tok)
-                if tok in eog:
-                    stop = "eos"
-                else:
-                    committed.append(tok)
-                    generated += 1
-                    piece = stream.feed(vocab.piece(tok))
-                    if piece:
-                        text.append(piece)
-                    if stream.stopped:
-                        stop = "stop_sequence"
-                    elif generated >= opts.max_tokens:
-                        stop = "length"
-                if i < n - 1 and tok == tokens[i]:
-                    accepted += 1
-                    if stop:
-                        break
-                    continue
-                break
-            examined = min(len(target), len(tokens))
-            # Rows after the last accepted draft hold rejected tokens: forget them.
-            n_past += len(target)
-            if n > len(target):
-                ctx.trim(n_past)
-            del history[n_past + 1:]
-            t2 = time.perf_counter()
-            stats.record_step(examined, accepted)
-            stats.draft_time += t1 - t0
-            stats.verify_time += t2 - t1
-            if committed and stats.ttft == 0.0:
-                stats.ttft = t2 - t_start
-            if not stop:
-                drafter.observe(history, n_past, len(target) - 1, examined, accepted)
-            else:
-                # The answer ends with this step: release held text (an incomplete UTF-8
-                # character) with it, so that exactly one Step carries ``stop``.
-                held = stream.flush()
-                if held:
-                    text.append(held)
-            # What was verified: a draft cut to ``room`` or dropped by ``n_min`` keeps only the
-            # probabilities of the tokens in the batch; a lone drafter leaves ``method`` unset.
-            probs = list(draft.probs[:len(tokens)]) if tokens and draft.probs is not None else None
-            method = (draft.method or drafter.name) if tokens else ""
-            yield Step(index, n_past - len(target), pending, list(tokens), probs, method,
-                       target, accepted, committed, "".join(text), t1 - t0, t2 - t1, stop)
-            index += 1
-    finally:
-        # What the KV cache holds for the next answer (one copy per answer, not per
-        # step); positions a failed step left beyond it are trimmed by sync_kv.
-        session.kv_tokens = history[:n_past]
-    tail = stream.flush()            # empty unless the loop ended before a verify step
-    stats.decode_tokens = generated
-    stats.decode_time = time.perf_counter() - t_decode
-    stats.total_time = time.perf_counter() - t_start
-    stats.stop_reason = stop
-    if tail or stop in ("user", "context_length"):
-        yield Step(index, n_past, history[n_past] if n_past < len(history) else -1, [], None, "",
-                   [], 0, [], tail, 0.0, 0.0, stop)
-
-
-class _Nothing:
-    name = ""
-
-    def begin(self, *a):
-        pass
-
-    def propose(self, *a):
-        return EMPTY
-
-    def observe(self, *a):
-        pass
-
-
-_NoDrafter = _Nothing()
+    stats.prompt_tokens = len(history)
+    stats.prompt_reused = kv.sync(history, keep_at_most=n_past)
+    row = prefill(ctx, batch, history, stats.prompt_reused, n_past, cancel)
+    stats.prompt_time = time.perf_counter() - t0
+    return row

@@ -1,4 +1,5 @@
 """Per-answer statistics: read by the profile line, the server's usage, and the trace."""
+import time
 from dataclasses import dataclass, field
 
 
@@ -35,15 +36,29 @@ class Stats:
     def accept_rate(self):
         return self.accepted / self.drafted if self.drafted else 0.0
 
-    def record_step(self, drafted, accepted):
-        """Count one verify step that checked ``drafted`` tokens and kept ``accepted``."""
+    def record_step(self, drafted, accepted, draft_time=0.0, verify_time=0.0, elapsed=None):
+        """Count one verify step that checked ``drafted`` tokens and kept ``accepted``;
+        ``elapsed`` (seconds since the request started) is given when the step committed
+        answer tokens, and the first one is the time to first token."""
         self.steps += 1
+        self.draft_time += draft_time
+        self.verify_time += verify_time
+        if elapsed is not None and not self.ttft:
+            self.ttft = elapsed
         self.drafted += drafted
         self.accepted += accepted
         if drafted:
             while len(self.accept_hist) <= accepted:
                 self.accept_hist.append(0)
             self.accept_hist[accepted] += 1
+
+    def finish(self, generated, stop, t_decode, t_start):
+        """Close the answer: its token count, stop reason and times (perf_counter starts)."""
+        now = time.perf_counter()
+        self.decode_tokens = generated
+        self.decode_time = now - t_decode
+        self.total_time = now - t_start
+        self.stop_reason = stop
 
     def to_dict(self):
         """Plain JSON-able view (the server's timings and the trace's summary use it)."""

@@ -54,7 +54,7 @@ def _describe(devices):
     return ", ".join(f"{d.name} ({d.description})" for d in devices) or "none"
 
 
-def select(compute, devices):
+def select(compute, devices, setting="--compute"):
     """Resolve a ``--compute`` value against ``devices``.
 
     Returns ``(chosen, why)``: the devices to pass (an empty list means CPU only) and a
@@ -74,7 +74,7 @@ def select(compute, devices):
 
     def need(found, what):
         if not found:
-            raise UsageError(f"--compute {compute}: the loaded llama.cpp library has no {what} device; "
+            raise UsageError(f"{setting} {compute}: the loaded llama.cpp library has no {what} device; "
                              f"it has: {_describe(devices)}")
         return found
 
@@ -89,11 +89,11 @@ def select(compute, devices):
         return npus + cpus, "compute: hybrid (" + ", ".join(d.name for d in npus + cpus) + ")"
     names = [n.strip() for n in compute.split(",") if n.strip()]
     if not names:
-        raise UsageError(f"--compute {compute!r}: expected cpu, gpu, npu, hybrid or a device list like HTP0,HTP1")
+        raise UsageError(f"{setting} {compute!r}: expected cpu, gpu, npu, hybrid or a device list like HTP0,HTP1")
     by_name = {d.name.lower(): d for d in devices}
     unknown = [n for n in names if n.lower() not in by_name]
     if unknown:
-        raise UsageError(f"--compute {compute}: unknown device {', '.join(unknown)} "
+        raise UsageError(f"{setting} {compute}: unknown device {', '.join(unknown)} "
                          f"(expected cpu, gpu, npu, hybrid or device names); "
                          f"this library has: {_describe(devices)}")
     chosen = [by_name[n.lower()] for n in names]
@@ -106,3 +106,11 @@ def null_terminated(chosen):
     handles = [d.handle for d in chosen if not d.is_cpu]
     arr = (ctypes.c_void_p * (len(handles) + 1))(*handles, None)
     return arr
+
+
+def chosen_names(compute, lib=None, setting="compute"):
+    """The device names ``--compute`` resolves to (``("CPU",)`` for CPU only): what two
+    load requests must agree on to share a loaded model, whatever they spelled."""
+    from geniex.llama import library
+    chosen, _ = select(compute, available(lib or library.load()), setting)
+    return tuple(d.name for d in chosen) or ("CPU",)

@@ -10,6 +10,7 @@ import numpy as np
 
 from geniex.errors import ContextLengthExceeded, GenieXError, ModelLoadError
 from geniex.llama import api, library
+from geniex.llama.cache_types import ggml_type
 from geniex.llama.gguf_file import read_header
 
 log = logging.getLogger("geniex.llama")
@@ -172,7 +173,8 @@ class Context:
     """An inference context (KV cache, logits) on a model, sequence 0 only."""
 
     def __init__(self, model, *, n_ctx, n_batch=512, n_ubatch=32, n_threads=1, n_threads_batch=1,
-                 ctx_type=api.LLAMA_CONTEXT_TYPE_DEFAULT, other=None, n_seq_max=1, n_rs_seq=0):
+                 ctx_type=api.LLAMA_CONTEXT_TYPE_DEFAULT, other=None, n_seq_max=1, n_rs_seq=0,
+                 type_k="f16", type_v="f16"):
         self._lib = lib = model._lib
         self.model = model
         params = _defaults(lib.llama_context_default_params, api.llama_context_params)
@@ -186,6 +188,8 @@ class Context:
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.ctx_type = ctx_type
+        params.type_k = ggml_type(type_k)
+        params.type_v = ggml_type(type_v)
         # Never turn flash attention off: with it off, multi-row batches sum attention in
         # another order than one-row decodes (see README, "Identical output").
         params.flash_attn_type = api.LLAMA_FLASH_ATTN_TYPE_AUTO
@@ -246,6 +250,27 @@ class Context:
     def clear(self):
         """Empty the KV cache."""
         self._lib.llama_memory_clear(self.mem, True)
+
+    # -- hidden states for MTP/NextN drafting (llama.cpp's private staging API) -------
+    def require_nextn(self):
+        """LibraryError unless the library exports the hidden-state staging API."""
+        self._lib.require("llama_set_embeddings_nextn", "llama_get_embeddings_nextn_ith",
+                          capability="MTP drafting (the hidden-state staging API)")
+
+    def stage_nextn(self, on, masked):
+        """Make decodes keep the rows an MTP draft reads: ``masked=False`` a row per batch
+        token (the target), ``masked=True`` rows for output tokens only (the draft)."""
+        if self.ptr:
+            self._lib.llama_set_embeddings_nextn(self.ptr, on, masked)
+
+    def copy_nextn_row(self, i, out):
+        """Copy hidden-state row ``i`` of the last decode into the float32 numpy row
+        ``out`` (no allocation); False where the library has no such row."""
+        src = self._lib.llama_get_embeddings_nextn_ith(self.ptr, i)
+        if not src:
+            return False
+        ctypes.memmove(out.ctypes.data, src, out.nbytes)
+        return True
 
     def pos_max(self):
         return self._lib.llama_memory_seq_pos_max(self.mem, 0)

@@ -1,6 +1,6 @@
 """From a validated request body to an answer in progress, through the engine.
 
-Nothing here generates text itself: the model is a :class:`~geniex.engine.runtime.Session`
+Nothing here generates text itself: the model is a :class:`~geniex.engine.session.Session`
 held by the :class:`~geniex.server.cache.ModelCache`, prompts are built by
 :class:`~geniex.engine.chat.ChatTemplate`, and tokens come from ``Session.generate``
 (the same loop ``geniex infer`` runs).
@@ -10,12 +10,14 @@ import os
 from dataclasses import dataclass
 
 from geniex import profile
-from geniex.cli.options import spec_types
 from geniex.engine.chat import ChatTemplate
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, SpecOptions, open_session
 from geniex.engine.sampling import SamplingParams
-from geniex.errors import ContextLengthExceeded, GenieXError, ModelNotFound
+from geniex.engine.session import LoadOptions, open_session
+from geniex.llama.devices import chosen_names
+from geniex.errors import ContextLengthExceeded, GenieXError, ModelNotFound, UsageError
+from geniex.speculative import options as spec_options
+from geniex.speculative.options import SpecOptions
 from geniex.server.cache import CacheKey
 from geniex.server.validation import ApiError
 
@@ -33,6 +35,8 @@ class Defaults:
     nctx: int = 4096
     ngl: int = -1
     compute: str | None = None
+    cache_type_k: str = "q8_0"
+    cache_type_v: str = "q8_0"
 
 
 def _get(body, field, default):
@@ -154,16 +158,14 @@ class Answerer:
         return target
 
     def _spec(self, body):
-        types = spec_types(body.get("spec_type"))
-        draft_name = body.get("spec_draft_model") or ""
-        draft_path = None
-        if types and draft_name:
-            draft_path = self._draft(draft_name).path
-        return SpecOptions(
-            types=types, draft_model=draft_name, draft_path=draft_path,
-            n_max=_get(body, "spec_n_max", 3), n_min=_get(body, "spec_n_min", 0),
-            p_min=_get(body, "spec_p_min", 0.0), ngram_n=_get(body, "spec_ngram_n", 0),
-            ngram_min=_get(body, "spec_ngram_min", 0), ngram_max=_get(body, "spec_ngram_max", 0))
+        try:
+            spec = spec_options.from_request(body)
+        except UsageError as e:
+            # The message names the request field (from_request spells fields that way).
+            raise ApiError(400, str(e), param=getattr(e, "param", None), code="invalid_value") from None
+        if spec.types and spec.draft_model:
+            spec.draft_path = self._draft(spec.draft_model).path
+        return spec
 
     def _draft(self, name):
         try:
@@ -179,12 +181,22 @@ class Answerer:
                            code="invalid_value") from None
 
     def _lease(self, body, target, spec):
-        options = LoadOptions(nctx=_get(body, "nctx", self.defaults.nctx), ngl=_get(body, "ngl", self.defaults.ngl),
-                              compute=_get(body, "compute", self.defaults.compute), spec=spec or SpecOptions())
+        d = self.defaults
+        options = LoadOptions(nctx=_get(body, "nctx", d.nctx), ngl=_get(body, "ngl", d.ngl),
+                              compute=_get(body, "compute", d.compute),
+                              cache_type_k=_get(body, "cache_type_k", d.cache_type_k).lower(),
+                              cache_type_v=_get(body, "cache_type_v", d.cache_type_v).lower(),
+                              spec=spec or SpecOptions())
         # ``spec=None`` in the key: a completion may use whatever drafter the resident
         # model has (it does not draft), rather than reloading the model without one.
-        key = CacheKey(target.name, options.nctx, options.ngl, options.compute,
-                       None if spec is None else spec.key())
+        # Devices are compared as resolved, so "cpu" and an unset compute on a CPU-only
+        # library share the loaded model.
+        try:
+            devices = chosen_names(options.compute)
+        except GenieXError as e:
+            raise ApiError(400, str(e), param="compute", code="invalid_value") from None
+        key = CacheKey(target.name, options.nctx, options.ngl, devices,
+                       (options.cache_type_k, options.cache_type_v), None if spec is None else spec.key())
         return self.cache.lease(key, lambda: open_session(target, options))
 
     @staticmethod

@@ -61,14 +61,15 @@ class CacheKey:
     model: str
     nctx: int
     ngl: int
-    compute: str | None
+    compute: tuple                   # device names as resolved (devices.chosen_names)
+    cache_types: tuple               # (K, V) KV cache types
     spec: tuple | None
 
     def satisfied_by(self, resident):
         if resident is None:
             return False
-        same = (self.model, self.nctx, self.ngl, self.compute) == \
-               (resident.model, resident.nctx, resident.ngl, resident.compute)
+        same = (self.model, self.nctx, self.ngl, self.compute, self.cache_types) == \
+               (resident.model, resident.nctx, resident.ngl, resident.compute, resident.cache_types)
         return same and (self.spec is None or self.spec == resident.spec)
 
 

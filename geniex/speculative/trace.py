@@ -4,7 +4,8 @@ Each step line: ``step``, ``pos`` (position of the pending token), ``last`` (the
 token), ``method``, ``drafted`` (+ ``draft_probs`` where the method has them),
 ``target`` (the target's sampled token for each examined row), ``accepted``,
 ``committed`` (answer tokens of this step) and ``text`` (their text), ``draft_ms``,
-``verify_ms``, and ``stop`` on the last step. The summary line is
+``verify_ms``, ``offered`` (how many tokens the drafter offered, where the draft
+policy verified fewer), and ``stop`` on the last step. The summary line is
 ``{"summary": {...}}`` with the same counters the profile prints.
 """
 import json
@@ -30,6 +31,8 @@ class Tracer:
         }
         if s.draft_probs is not None:
             rec["draft_probs"] = [round(p, 4) for p in s.draft_probs]
+        if s.extra:
+            rec.update(s.extra)       # "offered": draft tokens the policy left unverified
         if s.stop:
             rec["stop"] = s.stop
         self.fp.write(json.dumps(rec) + "\n")

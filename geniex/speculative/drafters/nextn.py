@@ -17,60 +17,49 @@ Hidden states the drafter never saw (prompt chunks before the last one, a conver
 prefix reused from an earlier answer whose last row is gone) are paired as zeros: the
 drafts get worse there, the output does not change (the target verifies everything).
 """
-import ctypes
-
 import numpy as np
 
 from geniex.errors import SpecSetupError
 from geniex.llama import api
-from geniex.llama.objects import Batch, Context
-from geniex.speculative.drafters.base import EMPTY, Draft, Drafter
-from geniex.speculative.drafters.mtp import top_choice
+from geniex.llama.objects import Batch
+from geniex.speculative.drafters.mtp import HiddenStateDrafter
 
 
-class NextnDrafter(Drafter):
+class NextnDrafter(HiddenStateDrafter):
     """Multi-token prediction with the target's own NextN block."""
 
     name = "draft-mtp"
 
-    def __init__(self, session, n_max, p_min):
-        lib = session.model._lib
-        lib.require("llama_set_embeddings_nextn", "llama_get_embeddings_nextn_ith",
-                    capability="NextN drafting (the hidden-state staging API)")
-        model = session.model
+    def __init__(self, target, n_max, n_min, p_min):
+        super().__init__(n_max, n_min, p_min)
+        target.ctx.require_nextn()
+        model = target.model
         if model.n_layer_nextn() < 1:
-            raise SpecSetupError(f"{session.name} was loaded without its NextN layers")
+            raise SpecSetupError(f"{target.name} was loaded without its NextN layers")
         if model.n_embd_out != model.n_embd:
-            raise SpecSetupError(f"{session.name}: NextN row width {model.n_embd_out} differs "
+            raise SpecSetupError(f"{target.name}: NextN row width {model.n_embd_out} differs "
                                  f"from the model width {model.n_embd}")
-        self._lib = lib
-        self.target = session.ctx
-        tp = session.ctx.params
+        self.target = target.ctx
+        tp = target.ctx.params
         self.cap_batch = 512
-        self.ctx = Context(model, n_ctx=session.ctx.n_ctx, n_batch=self.cap_batch,
-                           n_ubatch=tp.n_ubatch, n_threads=session.threads,
-                           n_threads_batch=session.threads_batch,
-                           ctx_type=api.LLAMA_CONTEXT_TYPE_MTP, n_seq_max=tp.n_seq_max)
-        lib.llama_set_embeddings_nextn(self.target.ptr, True, False)   # a row per batch token
-        lib.llama_set_embeddings_nextn(self.ctx.ptr, True, True)       # rows for output tokens
+        self.ctx = target.new_context(model, n_batch=self.cap_batch, n_ubatch=tp.n_ubatch,
+                                      ctx_type=api.LLAMA_CONTEXT_TYPE_MTP, n_seq_max=tp.n_seq_max)
+        self.target.stage_nextn(True, False)       # a row per batch token
+        self.ctx.stage_nextn(True, True)           # rows for output tokens
         self.width = model.n_embd_out
         self.batch = Batch(self.cap_batch, n_embd=self.width)
-        self._row_bytes = self.width * 4
+        self._h = self.batch.embd[0]               # draft row 0's hidden-state slot
         self.kv_tokens = []      # tokens at draft KV positions 0..len-1 (committed only)
         self.h_last = np.zeros(self.width, dtype=np.float32)
         self.h_pos = -1          # target position h_last belongs to (-1: none)
-        self.n_max, self.p_min = n_max, p_min
-        self.cap = n_max
 
     # -- catching the draft KV up with the target ------------------------------------
     def _target_rows(self, n):
         """The target's first ``n`` nextn rows of its last batch, as a numpy copy."""
         out = np.empty((n, self.width), dtype=np.float32)
         for i in range(n):
-            src = self._lib.llama_get_embeddings_nextn_ith(self.target.ptr, i)
-            if not src:
+            if not self.target.copy_nextn_row(i, out[i]):
                 raise SpecSetupError(f"the target has no NextN row {i}")
-            ctypes.memmove(out[i].ctypes.data, src, self._row_bytes)
         return out
 
     def _catch_up(self, history, n_past, target_row):
@@ -119,35 +108,15 @@ class NextnDrafter(Drafter):
         self._catch_up(history, n_past, target_row)
 
     # -- drafting ----------------------------------------------------------------------
-    def propose(self, history, n_past, n_max):
+    def start(self, history, n_past):
         if self.h_pos != n_past - 1 or len(self.kv_tokens) != n_past:
-            return EMPTY
+            return False
         self.ctx.trim(n_past)                        # drafts of an earlier propose
         b = self.batch
         b.tokens[0] = history[n_past]
         b.pos[0] = n_past
         b.logits[0] = 1
-        b.embd[0] = self.h_last
+        self._h[:] = self.h_last
         b.struct.n_tokens = 1
-        out, probs = [], []
-        limit = min(n_max, self.n_max)
-        for i in range(limit):
-            self.ctx.decode(b)
-            tok, p = top_choice(self.ctx.logits(0))
-            if self.p_min > 0 and p < self.p_min:
-                break
-            out.append(tok)
-            probs.append(p)
-            if i + 1 < limit:
-                src = self._lib.llama_get_embeddings_nextn_ith(self.ctx.ptr, 0)
-                if not src:
-                    break
-                ctypes.memmove(b.embd.ctypes.data, src, self._row_bytes)
-                b.tokens[0] = tok
-                b.pos[0] = n_past + i + 1
-        return Draft(out, probs) if out else EMPTY
-
-    def close(self):
-        if self.target.ptr:
-            self._lib.llama_set_embeddings_nextn(self.target.ptr, False, False)
-        self.ctx.close()
+        self.ctx.decode(b)
+        return True

@@ -1,6 +1,8 @@
 """Self-speculative drafters that look for repeats in the token history (no draft model).
 
-All four index the history incrementally (each committed token is indexed once):
+Each keeps what it learned for the life of the loaded model, across answers and
+conversations (bounded by :data:`MEMORY_TOKENS`; :meth:`_Indexed.forget` resets it), and
+indexes each committed token once:
 
 - ``ngram-mod``: map from the last ``n`` tokens to the token that followed them; a draft
   is the chain of lookups from the current suffix (variable length). The table is
@@ -14,76 +16,99 @@ All four index the history incrementally (each committed token is indexed once):
 - ``ngram-cache``: counts of next tokens after 1..4-token contexts; drafts the most
   frequent next token from the longest context that has a clear winner, repeatedly.
 
-Defaults (chosen by measurement on the demo model with ``tools/bench_ngram.py``): match length 4 (ngram-map-k and ngram-cache 3), drafts of 2 to
-8 tokens.
+Defaults: :data:`geniex.speculative.options.NGRAM_DEFAULTS`.
 """
 from collections import Counter
 
+from geniex.llama.kv import common_prefix
 from geniex.speculative.drafters.base import EMPTY, Draft, Drafter
 
-DEFAULTS = {  # name: (n, min, max)
-    "ngram-mod": (4, 2, 8),
-    "ngram-simple": (4, 2, 8),
-    "ngram-map-k": (3, 2, 8),
-    "ngram-map-k4v": (4, 2, 8),
-    "ngram-cache": (3, 2, 8),
-}
+# How many tokens of past answers (prompts included) a drafter remembers. Past it, the
+# drafter starts over from the current answer: a bound on memory (a table entry per
+# remembered position) that still holds many long conversations.
+MEMORY_TOKENS = 1 << 18
 
 
 class _Indexed(Drafter):
-    """Shared bookkeeping: index every history position exactly once."""
+    """Shared bookkeeping: a corpus of every answer's history, each position indexed once.
+
+    What a drafter learns lives as long as the loaded model (the Session), across
+    answers and conversations, as llama.cpp's server keeps its ngram-mod table: an agent
+    that sends a file again, or a chat that quotes an earlier answer, gets drafts from
+    the start. The corpus holds one segment per answer; a conversation that goes on
+    shares its prefix with the previous answer's segment, which then grows in place
+    instead of being copied. :meth:`forget` drops it all.
+    """
 
     def __init__(self, name, n, n_min, n_max):
         self.name = name
         self.n, self.n_min, self.n_max = n, n_min, n_max
-        self.cap = n_max
-        self.indexed = 0   # history positions whose n-gram ending there has been indexed
+        self.forget()
+
+    def forget(self):
+        """Drop everything learned (the next answer starts from its own history only)."""
+        self.corpus = []   # the histories of every answer so far, one segment each
+        self.seg = 0       # where the current answer's segment starts in the corpus
+        self.indexed = 0   # corpus positions whose n-gram ending there is indexed
+        self.clear()
+
+    def clear(self):
+        """Empty the method's tables."""
 
     def begin(self, history, n_past, target_row):
-        # A new answer may share a prefix with the previous one (conversation reuse) or
-        # not; rebuilding from the history is simplest and cheap next to a prefill.
-        self.reset()
-        self._index(history, n_past + 1)
-
-    def reset(self):
-        self.indexed = 0
+        shared = common_prefix(self.corpus[self.seg:], history)
+        if shared < self.n:
+            self.seg = len(self.corpus)                  # another text: a new segment
+        else:
+            del self.corpus[self.seg + shared:]          # the same conversation, going on
+            self.indexed = min(self.indexed, len(self.corpus))
+        if len(self.corpus) > MEMORY_TOKENS:
+            self.forget()
+        self._sync(history, n_past + 1)
 
     def observe(self, history, n_past, target_row, drafted, accepted):
-        self._index(history, n_past + 1)
+        self._sync(history, n_past + 1)
 
-    def _index(self, history, upto):
-        """Index n-grams ending at positions [self.indexed, upto) with their next token."""
-        start = max(self.indexed, self.n)
-        for end in range(start, upto):
-            self.add(history, end)
-        self.indexed = max(self.indexed, upto)
+    def _sync(self, history, upto):
+        """Append ``history[:upto]``'s new tokens to the segment and index them."""
+        have = len(self.corpus) - self.seg
+        if upto > have:
+            self.corpus.extend(history[have:upto])
+        for end in range(max(self.indexed, self.seg + self.n), len(self.corpus)):
+            self.add(self.corpus, end)
+        self.indexed = len(self.corpus)
 
-    def add(self, history, end):
-        """Record that history[end - n:end] was followed by history[end]."""
+    def add(self, corpus, end):
+        """Record that corpus[end - n:end] was followed by corpus[end]."""
         raise NotImplementedError
 
-    def _finish(self, tokens, n_max):
-        tokens = tokens[:min(n_max, self.n_max)]
-        return Draft(tokens) if len(tokens) >= self.n_min else EMPTY
+    def _continuation(self, end, room):
+        """The corpus tokens from ``end`` on, as many as this step may draft."""
+        if end is None or end >= len(self.corpus):
+            return []
+        return self.corpus[end:end + self.limit(room)]
+
+    def _finish(self, tokens, room):
+        tokens = tokens[:self.limit(room)]
+        return Draft(tokens) if tokens and len(tokens) >= self.n_min else EMPTY
 
 
 class NgramMod(_Indexed):
     """n-gram -> next token, drafting a chain of lookups."""
 
-    def reset(self):
-        super().reset()
+    def clear(self):
         self.table = {}
         self.low_rounds = 0
 
-    def add(self, history, end):
-        self.table[tuple(history[end - self.n:end])] = history[end]
+    def add(self, corpus, end):
+        self.table[tuple(corpus[end - self.n:end])] = corpus[end]
 
-    def propose(self, history, n_past, n_max):
+    def propose(self, history, n_past, room):
         key = history[n_past + 1 - self.n:n_past + 1]
         if len(key) < self.n:
             return EMPTY
         out = []
-        limit = min(n_max, self.n_max)
+        limit = self.limit(room)
         table = self.table
         while len(out) < limit:
             nxt = table.get(tuple(key))
@@ -91,15 +116,15 @@ class NgramMod(_Indexed):
                 break
             out.append(nxt)
             key = key[1:] + [nxt]
-        return self._finish(out, n_max)
+        return self._finish(out, room)
 
     def observe(self, history, n_past, target_row, drafted, accepted):
         super().observe(history, n_past, target_row, drafted, accepted)
         if drafted:
             self.low_rounds = self.low_rounds + 1 if accepted < 0.25 * drafted else 0
             if self.low_rounds >= 5:
-                # The table keeps predicting what the target no longer says: start over
-                # from the current answer only.
+                # The table keeps predicting what the target no longer says: start it
+                # over from here (upstream resets its table the same way).
                 self.table.clear()
                 self.low_rounds = 0
 
@@ -107,19 +132,16 @@ class NgramMod(_Indexed):
 class NgramSimple(_Indexed):
     """Most recent earlier occurrence of the current n-gram -> the tokens after it."""
 
-    def reset(self):
-        super().reset()
-        self.last = {}        # n-gram -> end position of its latest occurrence
+    def clear(self):
+        self.last = {}        # n-gram -> corpus position after its latest occurrence
 
-    def add(self, history, end):
-        self.last[tuple(history[end - self.n:end])] = end
+    def add(self, corpus, end):
+        self.last[tuple(corpus[end - self.n:end])] = end
 
-    def propose(self, history, n_past, n_max):
+    def propose(self, history, n_past, room):
         key = tuple(history[n_past + 1 - self.n:n_past + 1])
         end = self.last.get(key) if len(key) == self.n else None
-        if end is None or end > n_past:
-            return EMPTY
-        return self._finish(history[end:min(end + min(n_max, self.n_max), n_past + 1)], n_max)
+        return self._finish(self._continuation(end, room), room)
 
 
 class NgramMapK(_Indexed):
@@ -127,47 +149,48 @@ class NgramMapK(_Indexed):
 
     min_hits = 2   # occurrences of the key before it is trusted (ngram-simple trusts one)
 
-    def reset(self):
-        super().reset()
+    def clear(self):
         self.last = {}
         self.hits = Counter()
 
-    def add(self, history, end):
-        key = tuple(history[end - self.n:end])
+    def add(self, corpus, end):
+        key = tuple(corpus[end - self.n:end])
         self.hits[key] += 1
         self.last[key] = end
 
-    def propose(self, history, n_past, n_max):
+    def propose(self, history, n_past, room):
         key = tuple(history[n_past + 1 - self.n:n_past + 1])
-        end = self.last.get(key)
-        if end is None or end > n_past or self.hits[key] < self.min_hits:
+        if self.hits[key] < self.min_hits:
             return EMPTY
-        return self._finish(history[end:min(end + min(n_max, self.n_max), n_past + 1)], n_max)
+        return self._finish(self._continuation(self.last.get(key), room), room)
 
 
 class NgramMapK4V(_Indexed):
     """Key n-gram -> up to four continuation m-grams with counts."""
 
-    def reset(self):
-        super().reset()
+    def clear(self):
         self.values = {}      # key -> {mgram: count}
         self.pending = []     # (key, end) whose continuation is not complete yet
 
-    def add(self, history, end):
-        self.pending.append((tuple(history[end - self.n:end]), end))
+    def begin(self, history, n_past, target_row):
+        self.pending = []     # continuations of the last answer never completed
+        super().begin(history, n_past, target_row)
+
+    def add(self, corpus, end):
+        self.pending.append((tuple(corpus[end - self.n:end]), end))
         m = self.n_max
         keep = []
         for key, e in self.pending:
             if e + m <= end + 1:
                 vals = self.values.setdefault(key, {})
-                mgram = tuple(history[e:e + m])
+                mgram = tuple(corpus[e:e + m])
                 if mgram in vals or len(vals) < 4:
                     vals[mgram] = vals.get(mgram, 0) + 1
             else:
                 keep.append((key, e))
         self.pending = keep
 
-    def propose(self, history, n_past, n_max):
+    def propose(self, history, n_past, room):
         key = tuple(history[n_past + 1 - self.n:n_past + 1])
         vals = self.values.get(key)
         if not vals:
@@ -175,27 +198,24 @@ class NgramMapK4V(_Indexed):
         ranked = sorted(vals.items(), key=lambda kv: -kv[1])
         if len(ranked) > 1 and ranked[0][1] < 2 * ranked[1][1]:
             return EMPTY
-        return self._finish(list(ranked[0][0]), n_max)
+        return self._finish(list(ranked[0][0]), room)
 
 
 class NgramCache(_Indexed):
     """Next-token counts after 1..n-token contexts (the dynamic n-gram cache)."""
 
-    def reset(self):
-        super().reset()
+    def clear(self):
         self.counts = [dict() for _ in range(self.n + 1)]   # counts[k][context] = Counter
 
-    def _index(self, history, upto):
-        for end in range(max(self.indexed, 1), upto):
-            for k in range(1, min(self.n, end) + 1):
-                ctx = tuple(history[end - k:end])
-                self.counts[k].setdefault(ctx, Counter())[history[end]] += 1
-        self.indexed = max(self.indexed, upto)
+    def add(self, corpus, end):
+        for k in range(1, self.n + 1):
+            ctx = tuple(corpus[end - k:end])
+            self.counts[k].setdefault(ctx, Counter())[corpus[end]] += 1
 
-    def propose(self, history, n_past, n_max):
+    def propose(self, history, n_past, room):
         seq = list(history[max(0, n_past + 1 - self.n):n_past + 1])
         out = []
-        limit = min(n_max, self.n_max)
+        limit = self.limit(room)
         while len(out) < limit:
             nxt = None
             for k in range(min(self.n, len(seq)), 0, -1):
@@ -210,7 +230,7 @@ class NgramCache(_Indexed):
                 break
             out.append(nxt)
             seq.append(nxt)
-        return self._finish(out, n_max)
+        return self._finish(out, room)
 
 
 CLASSES = {
@@ -223,6 +243,5 @@ CLASSES = {
 
 
 def make(name, spec):
-    """Build the n-gram drafter ``name`` from SpecOptions (0 = method default)."""
-    n, n_min, n_max = DEFAULTS[name]
-    return CLASSES[name](name, spec.ngram_n or n, spec.ngram_min or n_min, spec.ngram_max or n_max)
+    """Build the n-gram drafter ``name`` from SpecOptions (0 = the method's default)."""
+    return CLASSES[name](name, *spec.ngram_settings(name))

@@ -8,7 +8,9 @@ follow-up prompt decodes only what is new.
 """
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from geniex import config
 from geniex.config import physical_cores
 from geniex.engine import loop
 from geniex.engine.stats import Stats
@@ -16,33 +18,18 @@ from geniex.errors import GenieXError
 from geniex.llama import devices as devmod
 from geniex.llama import library
 from geniex.llama.gguf_file import read_header
+from geniex.llama.kv import KvHistory
 from geniex.llama.objects import Batch, Context, Model
+from geniex.speculative import build, policy
+from geniex.speculative.drafters.base import NO_DRAFTER
+from geniex.speculative.options import SpecOptions
+from geniex.speculative.target import Target
 
 log = logging.getLogger("geniex.engine")
 
-
-@dataclass
-class SpecOptions:
-    """Speculative decoding settings (``--spec-type`` and friends / ``spec_*`` fields)."""
-
-    types: tuple = ()                # e.g. ("ngram-mod",) or ("draft-mtp",)
-    draft_model: str = ""            # as the user wrote it (for messages)
-    draft_path: object = None        # resolved GGUF path of the draft model, if any
-    n_max: int = 3                   # --draft-tokens
-    n_min: int = 0                   # --draft-min
-    p_min: float = 0.0               # --draft-p-min
-    ngram_n: int = 0                 # ngram match length (0 = method default)
-    ngram_min: int = 0               # ngram minimum draft (0 = method default)
-    ngram_max: int = 0               # ngram maximum draft (0 = method default)
-
-    @property
-    def enabled(self):
-        return bool(self.types)
-
-    def key(self):
-        """What identifies this configuration in the server's model cache."""
-        return (tuple(self.types), str(self.draft_path or self.draft_model), self.n_max, self.n_min,
-                self.p_min, self.ngram_n, self.ngram_min, self.ngram_max)
+# Rows of the target context's batch: a prompt is decoded in chunks of this many, and a
+# verify batch (the pending token plus its drafts) never holds more.
+N_BATCH = 512
 
 
 @dataclass
@@ -52,8 +39,12 @@ class LoadOptions:
     nctx: int = 4096
     ngl: int = -1
     compute: str | None = None
-    threads: int = 0                 # one-row decodes (0 = auto, see README "Identical output")
-    threads_batch: int = 0           # multi-row batches (0 = physical cores)
+    threads: int = 0                 # one-row decodes (0 = every physical core)
+    threads_batch: int = 0           # multi-row batches (0 = every physical core)
+    # A quantized KV cache keeps one-row decodes on every core bitwise equal to verify
+    # rows (README, "Identical output"); llama.cpp's names, as -ctk/-ctv take them.
+    cache_type_k: str = "q8_0"
+    cache_type_v: str = "q8_0"
     n_ubatch: int = 32
     spec: SpecOptions = field(default_factory=SpecOptions)
 
@@ -76,25 +67,36 @@ class Session:
         self.model = Model(path, devices=chosen, n_gpu_layers=options.ngl, header=header,
                            load_mtp=self.bundled_nextn)
         cores = physical_cores()
-        self.threads = options.threads or _default_threads(cores)
+        self.threads = options.threads or cores
         self.threads_batch = options.threads_batch or cores
         # Recurrent and hybrid targets (Qwen3.5: gated delta-net layers) can roll their
         # state back only as far as they keep snapshots: one per position a verify may
         # reject, i.e. the longest draft any requested method can make.
-        from geniex.speculative.setup import longest_draft
-        self.n_rs_seq = longest_draft(options.spec) if self.model.recurrent else 0
-        self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=512, n_ubatch=options.n_ubatch,
+        self.n_rs_seq = min(options.spec.longest_draft(), N_BATCH - 1) if self.model.recurrent else 0
+        self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=N_BATCH, n_ubatch=options.n_ubatch,
                            n_threads=self.threads, n_threads_batch=self.threads_batch,
-                           n_rs_seq=self.n_rs_seq)
+                           n_rs_seq=self.n_rs_seq, type_k=options.cache_type_k,
+                           type_v=options.cache_type_v)
         self.vocab = self.model.vocab
-        self.kv_tokens = []
+        self.kv = KvHistory(self.ctx)
+        self.target = Target(self.name, self.model, self.ctx, self.threads, self.threads_batch, options.ngl,
+                             options.cache_type_k, options.cache_type_v)
         self.drafter = None
         self.spec_notes = []
         if options.spec.enabled:
-            from geniex.speculative import setup
-            self.drafter, self.spec_notes = setup.build(self, options.spec)
-        self.batch = Batch(max(512, (self.drafter.cap if self.drafter else 0) + 1))
+            self.drafter, self.spec_notes = build.build(self.target, options.spec, self.n_rs_seq,
+                                                        self.bundled_nextn)
+            if self.drafter is not None and self.threads > 1 and not _quantized_cache(options):
+                self.spec_notes.append(
+                    f"note: a {options.cache_type_k}/{options.cache_type_v} KV cache on {self.threads} threads: "
+                    "one-row decodes split attention per thread once 512 tokens are cached, so speculative "
+                    "output is bitwise plain output only below that (use the default q8_0 cache, or --threads 1)")
+        self.batch = Batch(N_BATCH)
         self._warm_up()
+        self.policy = policy.FixedPolicy()
+        if self.drafter is not None and options.spec.policy == "auto":
+            self.policy = policy.GainPolicy(*self._verify_cost())
+            self.spec_notes.append(self.policy.describe())
 
     def _warm_up(self):
         # The first decode pays for graph allocation and weight repacking; do it at load
@@ -104,22 +106,27 @@ class Session:
         self.ctx.decode(self.batch.fill([tok], 0))
         self.ctx.clear()
 
-    # -- KV bookkeeping ----------------------------------------------------------
-    def sync_kv(self, tokens, keep_at_most):
-        """Keep the longest cached prefix of ``tokens`` (at most ``keep_at_most``),
-        drop the rest of the KV cache, and return how many positions were kept."""
-        keep = min(loop.common_prefix(self.kv_tokens, tokens), keep_at_most)
-        if not self.ctx.try_trim(keep):
-            # A recurrent state cannot go back that far: start this prompt from scratch.
-            self.ctx.clear()
-            keep = 0
-        self.kv_tokens = self.kv_tokens[:keep]
-        return keep
+    def _verify_cost(self):
+        """The verify cost curve of this model and thread setting: measured once, then
+        read from the data dir's calibration cache."""
+        st = Path(self.model.path).stat()
+        key = (f"{Path(self.model.path).resolve()}|{st.st_size}|{int(st.st_mtime)}|{self.threads}/"
+               f"{self.threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}")
+        cache = policy.CalibrationCache(config.data_dir(self.options.data_dir) / "calibration.json")
+        found = cache.get(key)
+        if found is None:
+            tok = self.vocab.bos if self.vocab.bos >= 0 else 0
+            found = policy.calibrate(self.ctx, self.batch, tok)
+            cache.put(key, found)
+        return found
 
-    def reset(self):
-        """Forget the conversation: the next prompt is decoded from scratch."""
-        self.ctx.clear()
-        self.kv_tokens = []
+    def reset(self, drafts=False):
+        """Forget the conversation: the next prompt is decoded from scratch. With
+        ``drafts``, the drafters also forget what they learned from earlier answers
+        (the n-gram methods' memory, which otherwise lasts as long as the session)."""
+        self.kv.reset()
+        if drafts and self.drafter is not None:
+            self.drafter.forget()
 
     # -- answering ---------------------------------------------------------------
     def tokenize_prompt(self, text):
@@ -132,11 +139,7 @@ class Session:
 
     def generate(self, prompt_tokens, opts, cancel=None, speculative=True):
         """Start answering; returns a :class:`Generation` to iterate."""
-        drafter = self.drafter if speculative else None
-        # Each drafter caps its own drafts (--draft-tokens for model drafters, the n-gram
-        # maximum for n-gram methods); the loop needs the largest.
-        opts.n_max = drafter.cap if drafter is not None else 0
-        opts.n_min = self.options.spec.n_min
+        drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
         return Generation(self, prompt_tokens, opts, drafter, cancel)
 
     @property
@@ -187,10 +190,10 @@ def _wants_bundled_nextn(header, spec):
         return False
 
 
-def _default_threads(cores):
-    # One-row decodes on one thread keep every verify-batch row bitwise equal to a
-    # one-row decode (README, "Identical output"); measured cost on 2 cores: see README.
-    return 1
+def _quantized_cache(options):
+    """Whether both caches are quantized types (which keep one-row decodes on every core
+    bitwise equal to verify rows)."""
+    return all(t.lower() not in ("f32", "f16", "bf16") for t in (options.cache_type_k, options.cache_type_v))
 
 
 class Generation:
@@ -198,10 +201,12 @@ class Generation:
 
     def __init__(self, session, prompt_tokens, opts, drafter, cancel):
         self.session = session
-        self.stats = Stats(spec_types=tuple(session.options.spec.types) if drafter else ())
+        self.stats = Stats(spec_types=tuple(session.options.spec.types) if drafter is not NO_DRAFTER else ())
         self.tokens = []
         self._parts = []
-        self._steps = loop.steps(session, prompt_tokens, opts, drafter, cancel, self.stats)
+        self._steps = loop.steps(session.ctx, session.vocab, session.kv, session.batch, prompt_tokens,
+                                 opts, drafter, cancel, self.stats,
+                                 session.policy if drafter is not NO_DRAFTER else loop.FIXED)
 
     def __iter__(self):
         for step in self._steps:

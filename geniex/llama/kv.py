@@ -1,0 +1,70 @@
+"""KV-cache bookkeeping shared by the target and the drafters' own contexts.
+
+Both the engine (the target's cache across answers) and the model drafters (a draft
+model's cache following the committed history) keep a list of the tokens their KV
+cache holds and bring it up to date the same way: keep the longest shared prefix,
+trim the rest, decode what is new in batch-sized chunks.
+"""
+
+
+class PrefillCancelled(Exception):
+    """A prefill stopped by its ``cancel`` check; ``pos`` positions are in the cache."""
+
+    def __init__(self, pos):
+        super().__init__(f"cancelled after {pos} positions")
+        self.pos = pos
+
+
+def common_prefix(a, b, start=0):
+    """Length of the shared prefix of two token lists, ``start`` being known to match."""
+    n = min(len(a), len(b))
+    i = min(start, n)
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def prefill(ctx, batch, tokens, start, end, cancel=None):
+    """Decode ``tokens[start:end]`` in chunks of the context's batch size.
+
+    Returns the batch row of the last decoded token (its output is on), or None when
+    nothing was decoded. ``cancel()`` is checked before each chunk: a long prompt whose
+    client went away stops there with :class:`PrefillCancelled` (the positions decoded
+    so far stay in the cache).
+    """
+    row = None
+    pos = start
+    step = min(ctx.n_batch, batch.capacity)
+    while pos < end:
+        if cancel is not None and cancel():
+            raise PrefillCancelled(pos)
+        n = min(step, end - pos)
+        ctx.decode(batch.fill(tokens[pos:pos + n], pos))
+        row = n - 1
+        pos += n
+    return row
+
+
+class KvHistory:
+    """The tokens a context's KV cache holds at positions 0..len-1, for reuse between
+    answers (a follow-up prompt decodes only what is new)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.tokens = []
+
+    def sync(self, tokens, keep_at_most):
+        """Keep the longest cached prefix of ``tokens`` (at most ``keep_at_most``), drop
+        the rest of the cache, and return how many positions were kept."""
+        keep = min(common_prefix(self.tokens, tokens), keep_at_most)
+        if not self.ctx.try_trim(keep):
+            # A recurrent state cannot go back that far: start this prompt from scratch.
+            self.ctx.clear()
+            keep = 0
+        del self.tokens[keep:]
+        return keep
+
+    def reset(self):
+        """Forget everything: the next prompt is decoded from scratch."""
+        self.ctx.clear()
+        self.tokens = []

@@ -1,0 +1,36 @@
+"""What a drafter may know about the target: a narrow handle, not the Session.
+
+Drafters read the target's context (MTP reads its KV and hidden states), its model
+(headers, widths, NextN layers), its vocabulary, and the settings every context of one
+answer must share (threads, KV cache types), so a draft context is made exactly like
+the target's through :meth:`Target.new_context`.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    """The target model's handle for drafters."""
+
+    name: str                  # as the user named the model (for messages)
+    model: object              # geniex.llama.objects.Model
+    ctx: object                # geniex.llama.objects.Context
+    threads: int               # one-row decodes
+    threads_batch: int         # multi-row batches
+    ngl: int                   # layers to offload (a draft model follows the target)
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+
+    @property
+    def vocab(self):
+        return self.model.vocab
+
+    def new_context(self, model, **kw):
+        """A context on ``model`` (the draft's or the target's own) with the target's
+        context length, threads and KV cache types; ``kw`` adds batch sizes, type,
+        ``other``... Every drafter's context is made here, so none can drift from the
+        settings that keep output identical."""
+        from geniex.llama.objects import Context
+        kw.setdefault("n_ctx", self.ctx.n_ctx)
+        return Context(model, n_threads=self.threads, n_threads_batch=self.threads_batch,
+                       type_k=self.cache_type_k, type_v=self.cache_type_v, **kw)

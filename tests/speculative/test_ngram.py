@@ -1,0 +1,98 @@
+"""The n-gram drafters alone, on token lists (no model)."""
+import pytest
+
+from geniex.speculative.drafters import ngram
+from geniex.speculative.options import NGRAM_METHODS, SpecOptions
+
+pytestmark = pytest.mark.fast
+
+# A history that repeats a 12-token phrase: after the phrase's first 4 tokens come
+# again, every method should predict how it goes on.
+PHRASE = list(range(100, 112))
+HISTORY = [1, 2, 3] + PHRASE + [7, 8] + PHRASE + [9] + PHRASE[:6]
+
+
+def drafter(method, **kw):
+    d = ngram.make(method, SpecOptions(types=(method,), **kw))
+    return d
+
+
+@pytest.mark.parametrize("method", NGRAM_METHODS)
+def test_drafts_the_continuation_of_a_repeat(method):
+    d = drafter(method, ngram_n=3, ngram_min=1, ngram_max=4)
+    n_past = len(HISTORY) - 1
+    d.begin(HISTORY, n_past, None)
+    draft = d.propose(HISTORY, n_past, room=100)
+    assert list(draft.tokens) == PHRASE[6:10]
+
+
+@pytest.mark.parametrize("method", NGRAM_METHODS)
+def test_room_and_maximum_bound_the_draft(method):
+    d = drafter(method, ngram_n=3, ngram_min=1, ngram_max=5)
+    n_past = len(HISTORY) - 1
+    d.begin(HISTORY, n_past, None)
+    assert len(d.propose(HISTORY, n_past, room=2).tokens) == 2
+    assert len(d.propose(HISTORY, n_past, room=100).tokens) <= 5
+    assert not d.propose(HISTORY, n_past, room=0).tokens
+
+
+@pytest.mark.parametrize("method", NGRAM_METHODS)
+def test_nothing_to_draft_without_a_repeat(method):
+    d = drafter(method)
+    history = list(range(50))
+    d.begin(history, 49, None)
+    assert not d.propose(history, 49, room=8).tokens
+
+
+def test_short_drafts_are_dropped():
+    d = drafter("ngram-simple", ngram_n=3, ngram_min=6, ngram_max=8)
+    history = [5, 6, 7, 8, 9, 5, 6, 7]       # the repeat offers only 5 tokens (8 9 5 6 7)
+    d.begin(history, len(history) - 1, None)
+    assert not d.propose(history, len(history) - 1, room=8).tokens
+
+
+def test_ngram_mod_indexes_as_the_answer_grows_and_resets_on_low_acceptance():
+    d = drafter("ngram-mod", ngram_n=2, ngram_min=1, ngram_max=3)
+    history = [1, 2, 3, 4]
+    d.begin(history, 3, None)
+    history += [1, 2]
+    d.observe(history, 5, 0, 0, 0)
+    assert list(d.propose(history, 5, room=8).tokens) == [3, 4, 1]
+    for _ in range(5):                           # five rounds under 25% acceptance
+        d.observe(history, 5, 0, 4, 0)
+    assert not d.table
+
+
+@pytest.mark.parametrize("method", NGRAM_METHODS)
+def test_memory_across_answers(method):
+    """What one answer taught drafts in the next, until forget()."""
+    d = drafter(method, ngram_n=3, ngram_min=1, ngram_max=4)
+    first = [1, 2, 3] + PHRASE + [9, 9] + PHRASE + [8]    # twice: map-k and cache want 2 sightings
+    d.begin(first, len(first) - 1, None)
+    d.observe(first + [5, 6], len(first) + 1, 0, 0, 0)
+    # Another conversation that quotes the phrase once: nothing in it repeats yet.
+    second = [40, 41, 42] + PHRASE[:5]
+    d.begin(second, len(second) - 1, None)
+    assert list(d.propose(second, len(second) - 1, room=8).tokens) == PHRASE[5:9]
+    d.forget()
+    d.begin(second, len(second) - 1, None)
+    assert not d.propose(second, len(second) - 1, room=8).tokens
+
+
+def test_a_conversation_that_goes_on_grows_one_segment():
+    d = drafter("ngram-mod", ngram_n=2, ngram_min=1, ngram_max=4)
+    turn1 = [1, 2, 3, 4, 5, 6]
+    d.begin(turn1, 5, None)
+    turn2 = turn1 + [7, 8, 1, 2]
+    d.begin(turn2, len(turn2) - 1, None)
+    assert d.corpus == turn2 and d.seg == 0
+    assert list(d.propose(turn2, len(turn2) - 1, room=8).tokens) == [3, 4, 5, 6]
+
+
+def test_memory_is_bounded(monkeypatch):
+    monkeypatch.setattr(ngram, "MEMORY_TOKENS", 50)
+    d = drafter("ngram-mod")
+    for i in range(5):
+        h = list(range(i * 100, i * 100 + 30))
+        d.begin(h, len(h) - 1, None)
+    assert len(d.corpus) <= 50 + 30

@@ -1,0 +1,85 @@
+"""Identity past the positions where CPU kernels change paths, at the DEFAULT settings.
+
+ggml's CPU flash attention splits a one-row decode's keys per thread once the KV window
+reaches 512 cells when K/V are F16 (llama-library.md, "Exact on every core"); that is
+where every-core decoding used to stop being bitwise equal to verify rows. These tests
+run every drafting method at the shipped defaults (every physical core for one-row
+decodes and batches, q8_0 KV cache) with answers that run past position 512 and past
+1,024, greedy and seeded, and require the plain answer token for token.
+"""
+import pytest
+
+from geniex.engine.loop import GenOptions
+from geniex.engine.sampling import SamplingParams
+from geniex.engine.session import LoadOptions, Session
+from geniex.speculative.options import SpecOptions
+
+METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "draft-simple"]
+SAMPLINGS = {"greedy": SamplingParams(), "seeded": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=77)}
+ANSWER = 48
+
+
+def long_prompt(session, n_tokens):
+    """A prompt of about ``n_tokens`` that asks to continue a repetitive list (so the
+    n-gram methods draft, and some drafts are rejected where the list varies)."""
+    lines, i = [], 0
+    head = "Continue this inventory list in the same format:\n"
+    while True:
+        lines.append(f"Item {i}: {['red', 'blue', 'green'][i % 3]} box, weight {i * 7 % 23} kg, "
+                     f"shelf {i % 5}, checked by {['Ann', 'Bob', 'Eve', 'Tom'][i % 4]}.")
+        i += 1
+        tokens = session.tokenize_prompt(head + "\n".join(lines) + "\n")
+        if len(tokens) >= n_tokens:
+            return tokens
+
+
+@pytest.fixture(scope="module")
+def plain(demo_model):
+    s = Session(demo_model, LoadOptions(nctx=2048))
+    assert s.threads >= 2 or pytest.skip("one core only: nothing to prove about every-core decoding")
+    assert s.options.cache_type_k == s.options.cache_type_v == "q8_0"
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def prompts(plain):
+    # Answers start at ~480 (run past 512) and at ~1000 (run past 1,024).
+    return {"past-512": long_prompt(plain, 480), "past-1024": long_prompt(plain, 1000)}
+
+
+@pytest.fixture(scope="module")
+def reference(plain, prompts):
+    out = {}
+    for pname, tokens in prompts.items():
+        for sname, sampling in SAMPLINGS.items():
+            plain.reset()
+            gen = plain.generate(tokens, GenOptions(max_tokens=ANSWER, sampling=sampling))
+            gen.run()
+            assert len(tokens) + len(gen.tokens) > (512 if pname == "past-512" else 1024)
+            out[pname, sname] = gen.tokens
+    return out
+
+
+@pytest.fixture(scope="module", params=METHODS)
+def spec_session(request, demo_model):
+    method = request.param
+    so = SpecOptions(types=(method,), draft_model="demo", draft_path=demo_model if method == "draft-simple" else None,
+                     n_max=6)
+    s = Session(demo_model, LoadOptions(nctx=2048, spec=so))
+    assert s.speculative, s.spec_notes
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("sname", SAMPLINGS)
+@pytest.mark.parametrize("pname", ["past-512", "past-1024"])
+def test_every_method_is_plain_decoding_past_long_positions(spec_session, prompts, reference, pname, sname):
+    spec_session.reset()
+    gen = spec_session.generate(prompts[pname], GenOptions(max_tokens=ANSWER, sampling=SAMPLINGS[sname]))
+    gen.run()
+    want = reference[pname, sname]
+    first = next((i for i, (a, b) in enumerate(zip(gen.tokens, want)) if a != b), None)
+    assert gen.tokens == want, f"differs from plain at answer token {first} (position {len(prompts[pname]) + (first or 0)})"
+    if spec_session.drafter.name != "draft-simple" and sname == "greedy":
+        assert gen.stats.drafted > 0, "the method never drafted: the test would prove nothing"
