@@ -89,8 +89,16 @@ def _one_vs_batches(model, type_kv, prompt, n_threads=2):
 
 
 @pytest.fixture(scope="module")
-def demo_and_prompt(demo_model):
-    model = Model(demo_model)
+def demo_q4_0(demo_model, tmp_path_factory):
+    """A Q4_0 copy of the demo model (Q4_0 weights are repacked on this CPU: another matmul)."""
+    import requantize
+    return requantize.requantize(demo_model, tmp_path_factory.mktemp("q4_0") / "demo.Q4_0.gguf")
+
+
+@pytest.fixture(scope="module", params=["Q4_1", "Q4_0"])
+def demo_and_prompt(request, demo_model):
+    model = Model(demo_model if request.param == "Q4_1" else request.getfixturevalue("demo_q4_0"))
+    assert model.describe().endswith(request.param)
     text = ("The library turns a model file into text one token at a time, and every token "
             "it writes is read back before the next one is chosen. ")
     tokens = model.vocab.tokenize(text * 40, add_special=True)[:POS]
