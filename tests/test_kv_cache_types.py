@@ -120,3 +120,21 @@ def test_f16_cache_one_row_decode_differs_on_two_threads_past_512_cells(demo_and
     assert np.array_equal(two, five)
     assert not np.array_equal(one, two)
     assert np.abs(one - two).max() < 2.0        # a different summation order, not garbage
+
+
+def test_thread_counts_can_change_between_decodes(demo_and_prompt):
+    # llama_set_n_threads: what a loop uses to run one-row decodes and batches on
+    # different thread counts (e.g. under a busy neighbour) without a new context.
+    model, prompt = demo_and_prompt
+    ctx = Context(model, n_ctx=256, n_threads=2, n_threads_batch=2, type_k="q8_0", type_v="q8_0")
+    assert ctx.threads == (2, 2)
+    batch = Batch(64)
+    ctx.decode(batch.fill(prompt[:40], 0))
+    ctx.set_threads(1, 2)
+    assert ctx.threads == (1, 2)
+    ctx.decode(batch.fill(prompt[40:41], 40))
+    one = np.array(ctx.logits(0))
+    ctx.trim(40)
+    ctx.decode(batch.fill(prompt[40:42], 40, all_logits=True))
+    assert np.array_equal(one, ctx.logits(0))    # 1-thread row == row of a 2-thread batch
+    ctx.close()

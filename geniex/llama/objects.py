@@ -235,6 +235,16 @@ class Context:
         cache_types.check(tk, tv, header=model.header, flash_attn=True)
         return tk, tv
 
+    def set_threads(self, n_threads, n_threads_batch):
+        """Threads for one-row decodes and for multi-row batches from the next decode on
+        (``llama_set_n_threads``; cheap, no reallocation)."""
+        self._lib.llama_set_n_threads(self.ptr, n_threads, n_threads_batch)
+
+    @property
+    def threads(self):
+        """(one-row decode threads, batch threads) as the library holds them."""
+        return self._lib.llama_n_threads(self.ptr), self._lib.llama_n_threads_batch(self.ptr)
+
     def decode(self, batch):
         """Run one batch; raises ContextLengthExceeded when the KV cache has no room."""
         rc = self._lib.llama_decode(self.ptr, batch.struct)
