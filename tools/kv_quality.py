@@ -13,7 +13,7 @@ and of the quantized-cache context (q):
 Uses geniex's own ctypes layer (geniex.llama), one context per cache type, the same
 thread count for all (default 1). Quality does not depend on machine load; the run just takes longer.
 
-    python tools/kv_quality.py [--model PATH] [--tokens 4096] [--chunk 1024] [--types f32,q8_0,q4_0]
+    python tools/kv_quality.py [--model PATH] [--tokens 4096] [--chunk 1024] [--types bf16,q8_0,q4_0]
 """
 import argparse
 import sys
@@ -102,8 +102,8 @@ def main(argv=None):
     ap.add_argument("--model", help="GGUF model (default: the bundled demo model)")
     ap.add_argument("--tokens", type=int, default=4096, help="text tokens to score")
     ap.add_argument("--chunk", type=int, default=1024, help="context length per chunk (KV cells)")
-    ap.add_argument("--types", default="f32,q8_0,q4_0",
-                    help="cache types compared with f16 (K and V); f32 shows what f16 itself loses")
+    ap.add_argument("--types", default="bf16,q8_0,q4_0",
+                    help="cache types compared with f16 (K and V)")
     ap.add_argument("--threads", type=int, default=1,
                     help="threads per context (1: no OpenMP spin stalls on a busy machine)")
     args = ap.parse_args(argv)
