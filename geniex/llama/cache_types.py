@@ -4,9 +4,10 @@ The one place that maps those names to ggml type ids and knows which combination
 library accepts. Why the type matters beyond memory: with F16/F32 K/V, ggml's CPU flash
 attention splits the keys of a one-row decode across threads once the KV window reaches
 512 cells, so on 2+ threads a one-row decode sums attention in another order than any
-row of a multi-row batch. A quantized cache (q8_0) takes the same path for both, which
-is what makes one-row decodes on every core bitwise equal to verify rows (see the
-"Exact on every core" section of the library reference).
+row of a multi-row batch. A quantized (q8_0...) or bf16 cache takes the same path for
+both, which is what makes one-row decodes on every core bitwise equal to verify rows (see
+the "Exact on every core" section of the library reference). An f32 cache is no escape:
+under flash attention llama.cpp casts it to F16 before attention (same logits as f16).
 """
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
