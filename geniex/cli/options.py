@@ -9,7 +9,7 @@ from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions
 from geniex.errors import UsageError
-from geniex.llama.cache_types import CACHE_TYPES
+from geniex.llama.cache_types import TYPES as CACHE_TYPES
 from geniex.speculative import options as spec_options_table
 
 

@@ -2,7 +2,7 @@
 import os
 
 from geniex.errors import UsageError
-from geniex.llama.cache_types import CACHE_TYPES
+from geniex.llama.cache_types import TYPES as CACHE_TYPES
 from geniex.server import DEFAULT_HOST
 
 

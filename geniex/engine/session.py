@@ -15,6 +15,7 @@ from geniex.config import physical_cores
 from geniex.engine import loop
 from geniex.engine.stats import Stats
 from geniex.errors import GenieXError
+from geniex.llama import cache_types
 from geniex.llama import devices as devmod
 from geniex.llama import library
 from geniex.llama.gguf_file import read_header
@@ -86,7 +87,8 @@ class Session:
         if options.spec.enabled:
             self.drafter, self.spec_notes = build.build(self.target, options.spec, self.n_rs_seq,
                                                         self.bundled_nextn)
-            if self.drafter is not None and self.threads > 1 and not _quantized_cache(options):
+            if self.drafter is not None and not cache_types.exact_on_threads(
+                    self.ctx.type_k, self.ctx.type_v, self.threads):
                 self.spec_notes.append(
                     f"note: a {options.cache_type_k}/{options.cache_type_v} KV cache on {self.threads} threads: "
                     "one-row decodes split attention per thread once 512 tokens are cached, so speculative "
@@ -188,12 +190,6 @@ def _wants_bundled_nextn(header, spec):
         return int(header.arch_key("nextn_predict_layers") or 0) > 0
     except (TypeError, ValueError):
         return False
-
-
-def _quantized_cache(options):
-    """Whether both caches are quantized types (which keep one-row decodes on every core
-    bitwise equal to verify rows)."""
-    return all(t.lower() not in ("f32", "f16", "bf16") for t in (options.cache_type_k, options.cache_type_v))
 
 
 class Generation:

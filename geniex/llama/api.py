@@ -196,7 +196,10 @@ FUNCTIONS = {
     "llama_n_batch": (c_uint32, [c_void_p]),
     "llama_n_ubatch": (c_uint32, [c_void_p]),
     "llama_n_seq_max": (c_uint32, [c_void_p]),
+    # threads for one-row decodes, for multi-row batches; takes effect at the next decode
     "llama_set_n_threads": (None, [c_void_p, c_int32, c_int32]),
+    "llama_n_threads": (c_int32, [c_void_p]),
+    "llama_n_threads_batch": (c_int32, [c_void_p]),
     # 0 ok, 1 no KV slot (context full), 2 aborted, -1 invalid batch, < -1 error
     "llama_decode": (c_int32, [c_void_p, llama_batch]),
     "llama_get_logits_ith": (POINTER(c_float), [c_void_p, c_int32]),

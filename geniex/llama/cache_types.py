@@ -1,14 +1,121 @@
-"""KV cache types by the names llama.cpp's ``-ctk/-ctv`` accept."""
-from geniex.errors import UsageError
+"""KV cache element types, named as llama.cpp's ``--cache-type-k/-v`` (``-ctk/-ctv``) name them.
 
-# ggml_type ids (ggml.h) of the types llama.cpp allows for the K and V caches.
-CACHE_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3,
-               "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
+The one place that maps those names to ggml type ids and knows which combinations the
+library accepts. Why the type matters beyond memory: with F16/F32 K/V, ggml's CPU flash
+attention splits the keys of a one-row decode across threads once the KV window reaches
+512 cells, so on 2+ threads a one-row decode sums attention in another order than any
+row of a multi-row batch. A quantized (q8_0...) or bf16 cache takes the same path for
+both, which is what makes one-row decodes on every core bitwise equal to verify rows (see
+the "Exact on every core" section of the library reference). An f32 cache is no escape:
+under flash attention llama.cpp casts it to F16 before attention (same logits as f16).
+"""
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from geniex.errors import GenieXError, UsageError
+
+_T = GGMLQuantizationType
+# Exactly the set llama.cpp's -ctk/-ctv accept (common/arg.cpp, kv_cache_types), in its order.
+TYPES = {
+    "f32": int(_T.F32),
+    "f16": int(_T.F16),
+    "bf16": int(_T.BF16),
+    "q8_0": int(_T.Q8_0),
+    "q4_0": int(_T.Q4_0),
+    "q4_1": int(_T.Q4_1),
+    "iq4_nl": int(_T.IQ4_NL),
+    "q5_0": int(_T.Q5_0),
+    "q5_1": int(_T.Q5_1),
+}
+NAMES = {v: k for k, v in TYPES.items()}
+F16 = TYPES["f16"]          # the library's default (llama_context_default_params)
+
+# Types whose one-row decodes on several threads take the split-KV flash-attention path
+# (ggml-cpu ops.cpp, use_split_kv_path: K/V F32 or F16, one query row, >= 512 KV cells).
+SPLIT_KV_TYPES = frozenset({TYPES["f32"], TYPES["f16"]})
+SPLIT_KV_MIN_CELLS = 512
 
 
-def ggml_type(name):
-    """The ggml type id of a cache type name; UsageError for an unknown name."""
-    try:
-        return CACHE_TYPES[str(name).lower()]
-    except KeyError:
-        raise UsageError(f"unknown KV cache type {name!r} (known: {', '.join(CACHE_TYPES)})") from None
+def parse(name):
+    """A cache type name (``q8_0``, ``F16``...) -> its ggml type id.
+
+    Raises UsageError naming the accepted values for anything else.
+    """
+    if isinstance(name, int) and not isinstance(name, bool):
+        if name in NAMES:
+            return name
+        raise UsageError(f"unknown KV cache type id {name}")
+    key = str(name).strip().lower()
+    if key not in TYPES:
+        raise UsageError(f"unknown KV cache type {name!r}: use one of {', '.join(TYPES)}")
+    return TYPES[key]
+
+
+def name_of(type_id):
+    """ggml type id -> llama.cpp's name for it (``8`` -> ``q8_0``)."""
+    return NAMES.get(type_id, f"type {type_id}")
+
+
+def block_size(type_id):
+    """Elements per block: 1 for f32/f16/bf16, 32 for the quantized types."""
+    return GGML_QUANT_SIZES[_T(type_id)][0]
+
+
+def is_quantized(type_id):
+    return block_size(type_id) > 1
+
+
+def exact_on_threads(type_k, type_v, n_threads):
+    """Whether one-row decodes on ``n_threads`` are bitwise equal to rows of a multi-row
+    batch at any context length (an F16/F32 cache on 2+ threads is, only below 512 cells)."""
+    return n_threads <= 1 or not (type_k in SPLIT_KV_TYPES and type_v in SPLIT_KV_TYPES)
+
+
+def head_dims(header):
+    """The K and V head widths a model's attention layers use, from its GGUF header:
+    every ``attention.key_length*`` / ``value_length*`` value (SWA layers may differ),
+    else ``embedding_length / head_count``."""
+    meta, arch = header.metadata, header.architecture
+    k, v = set(), set()
+    for key, value in meta.items():
+        if not key.startswith(f"{arch}.attention.") or not isinstance(value, int):
+            continue
+        tail = key[len(arch) + len(".attention."):]
+        if tail.startswith("key_length"):
+            k.add(value)
+        elif tail.startswith("value_length"):
+            v.add(value)
+    if not k or not v:
+        n_embd, n_head = header.arch_key("embedding_length"), header.arch_key("attention.head_count")
+        if isinstance(n_head, list):     # per-layer head counts
+            n_head = max(n_head) if n_head else None
+        if n_embd and n_head:
+            k = k or {n_embd // n_head}
+            v = v or {n_embd // n_head}
+    return sorted(k), sorted(v)
+
+
+def check(type_k, type_v, *, header=None, flash_attn=True):
+    """Refuse, with a GenieXError, a K/V cache type combination the library would reject.
+
+    - a quantized V cache needs flash attention (without it llama.cpp stores V transposed
+      and cannot quantize it; it refuses the context with "quantized V cache requires
+      flash_attn");
+    - with flash attention, a quantized type's block (32 elements) must divide the head
+      width (llama.cpp refuses "K cache type ... does not divide n_embd_head_k").
+    ``header`` (a GGUFHeader) gives the head widths; without it only the first rule is checked.
+    """
+    for t in (type_k, type_v):
+        if t not in NAMES:
+            raise UsageError(f"unknown KV cache type id {t}")
+    if is_quantized(type_v) and not flash_attn:
+        raise GenieXError(f"a quantized V cache ({name_of(type_v)}) needs flash attention, which is "
+                          "off for this context: use --cache-type-v f16 (or bf16/f32)")
+    if header is None:
+        return
+    dims_k, dims_v = head_dims(header)
+    for which, t, dims in (("K", type_k, dims_k), ("V", type_v, dims_v)):
+        bad = [d for d in dims if d % block_size(t)]
+        if bad:
+            raise GenieXError(
+                f"{header.path.name}: a {name_of(t)} {which} cache needs head widths divisible by "
+                f"{block_size(t)}, this model has {bad[0]}: use --cache-type-{which.lower()} f16")

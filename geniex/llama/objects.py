@@ -9,8 +9,7 @@ import logging
 import numpy as np
 
 from geniex.errors import ContextLengthExceeded, GenieXError, ModelLoadError
-from geniex.llama import api, library
-from geniex.llama.cache_types import ggml_type
+from geniex.llama import api, cache_types, library
 from geniex.llama.gguf_file import read_header
 
 log = logging.getLogger("geniex.llama")
@@ -170,13 +169,20 @@ class Batch:
 
 
 class Context:
-    """An inference context (KV cache, logits) on a model, sequence 0 only."""
+    """An inference context (KV cache, logits) on a model, sequence 0 only.
+
+    ``type_k``/``type_v`` are the KV cache element types, as llama.cpp names them
+    (``f16``, ``q8_0``, ... see :mod:`geniex.llama.cache_types`) or ggml type ids. None
+    means: the ``other`` context's types when there is one (an MTP assistant reads the
+    target's KV and must use its types), else the library's default (f16).
+    """
 
     def __init__(self, model, *, n_ctx, n_batch=512, n_ubatch=32, n_threads=1, n_threads_batch=1,
                  ctx_type=api.LLAMA_CONTEXT_TYPE_DEFAULT, other=None, n_seq_max=1, n_rs_seq=0,
-                 type_k="f16", type_v="f16"):
+                 type_k=None, type_v=None):
         self._lib = lib = model._lib
         self.model = model
+        self.type_k, self.type_v = self._cache_types(model, other, type_k, type_v)
         params = _defaults(lib.llama_context_default_params, api.llama_context_params)
         params.n_ctx = n_ctx
         params.n_batch = n_batch
@@ -188,11 +194,12 @@ class Context:
         params.n_threads = n_threads
         params.n_threads_batch = n_threads_batch
         params.ctx_type = ctx_type
-        params.type_k = ggml_type(type_k)
-        params.type_v = ggml_type(type_v)
         # Never turn flash attention off: with it off, multi-row batches sum attention in
         # another order than one-row decodes (see README, "Identical output").
         params.flash_attn_type = api.LLAMA_FLASH_ATTN_TYPE_AUTO
+        # With AUTO and a quantized V cache the library turns flash attention on outright
+        # (no device probe): "enabling flash_attn since it is required for quantized V cache".
+        params.type_k, params.type_v = self.type_k, self.type_v
         params.ctx_other = other.ptr if other is not None else None
         self.params = params
         library.recent_problems.clear()
@@ -208,6 +215,35 @@ class Context:
         self.n_vocab = model.vocab.n_tokens
         self._views = {}
         self.decoded_any = False
+
+    @staticmethod
+    def _cache_types(model, other, type_k, type_v):
+        """Resolve and check the K/V cache types before the library sees them: an unknown
+        name or a combination llama.cpp refuses becomes a GenieXError naming the fix."""
+        resolved = []
+        for which, given in (("k", type_k), ("v", type_v)):
+            if given is None:
+                given = getattr(other, f"type_{which}") if other is not None else cache_types.F16
+            resolved.append(cache_types.parse(given))
+        tk, tv = resolved
+        if other is not None and (tk, tv) != (other.type_k, other.type_v):
+            raise GenieXError(
+                f"a context reading another context's KV cache must use its cache types "
+                f"(K {cache_types.name_of(other.type_k)}, V {cache_types.name_of(other.type_v)}), "
+                f"not K {cache_types.name_of(tk)}, V {cache_types.name_of(tv)}")
+        # flash_attn=True: this class never turns it off (see flash_attn_type below).
+        cache_types.check(tk, tv, header=model.header, flash_attn=True)
+        return tk, tv
+
+    def set_threads(self, n_threads, n_threads_batch):
+        """Threads for one-row decodes and for multi-row batches from the next decode on
+        (``llama_set_n_threads``; cheap, no reallocation)."""
+        self._lib.llama_set_n_threads(self.ptr, n_threads, n_threads_batch)
+
+    @property
+    def threads(self):
+        """(one-row decode threads, batch threads) as the library holds them."""
+        return self._lib.llama_n_threads(self.ptr), self._lib.llama_n_threads_batch(self.ptr)
 
     def decode(self, batch):
         """Run one batch; raises ContextLengthExceeded when the KV cache has no room."""

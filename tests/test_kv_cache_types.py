@@ -1,0 +1,140 @@
+"""KV cache types: names, the combinations we refuse, and the fact exactness rests on.
+
+On 2+ threads, a one-row decode with an F16 cache sums attention in another order than
+the rows of a multi-row batch once the KV window reaches 512 cells (ggml-cpu's split-KV
+flash-attention path); with a q8_0 cache it does not. These tests pin both halves of
+that on the real library and the demo model.
+"""
+import numpy as np
+import pytest
+
+from geniex.errors import GenieXError, UsageError
+from geniex.llama import cache_types
+from geniex.llama.objects import Batch, Context, Model
+
+POS = 600          # past 512 cached cells: where the F16 split-KV path starts
+
+
+def test_names_map_to_ggml_type_ids():
+    from gguf.constants import GGMLQuantizationType as T
+    assert list(cache_types.TYPES) == ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl",
+                                       "q5_0", "q5_1"]
+    for name, tid in cache_types.TYPES.items():
+        assert T(tid).name.lower() == name
+        assert cache_types.parse(name) == tid and cache_types.name_of(tid) == name
+    assert cache_types.parse(" Q8_0 ") == T.Q8_0
+    with pytest.raises(UsageError, match=r"unknown KV cache type 'q3_k'.*f16, bf16, q8_0"):
+        cache_types.parse("q3_k")
+    with pytest.raises(UsageError):
+        cache_types.parse(99)
+
+
+def test_exactness_rule():
+    f16, q8 = cache_types.TYPES["f16"], cache_types.TYPES["q8_0"]
+    assert cache_types.exact_on_threads(f16, f16, 1)
+    assert not cache_types.exact_on_threads(f16, f16, 2)
+    assert cache_types.exact_on_threads(q8, q8, 8)
+    assert cache_types.exact_on_threads(f16, q8, 2)   # the path needs both K and V unquantized
+
+
+def test_quantized_v_without_flash_attention_is_refused():
+    q8, f16 = cache_types.TYPES["q8_0"], cache_types.TYPES["f16"]
+    with pytest.raises(GenieXError, match="needs flash attention"):
+        cache_types.check(f16, q8, flash_attn=False)
+    cache_types.check(q8, f16, flash_attn=False)     # a quantized K alone is fine
+
+
+def test_head_width_not_a_multiple_of_the_block_is_refused_before_the_library(tmp_path):
+    import tiny_gemma4
+    model = Model(tiny_gemma4.write_target(tmp_path / "hd16.gguf", head_dim=16))
+    assert cache_types.head_dims(model.header) == ([16], [16])
+    with pytest.raises(GenieXError, match="q8_0 K cache needs head widths divisible by 32, this model has 16"):
+        Context(model, n_ctx=256, type_k="q8_0", type_v="f16")
+    Context(model, n_ctx=256, type_k="f16", type_v="f16").close()
+
+
+def test_demo_model_context_reports_its_cache_types(demo_model):
+    model = Model(demo_model)
+    assert cache_types.head_dims(model.header) == ([64], [64])
+    ctx = Context(model, n_ctx=256, type_k="q8_0", type_v="q4_0")
+    assert (ctx.type_k, ctx.type_v) == (cache_types.TYPES["q8_0"], cache_types.TYPES["q4_0"])
+    # A context that reads another's KV inherits its types; a different explicit type is refused.
+    with pytest.raises(GenieXError, match="must use its cache types"):
+        Context(model, n_ctx=256, other=ctx, type_k="f16")
+    ctx.close()
+    assert Context(model, n_ctx=256).type_k == cache_types.F16
+
+
+def _first_row_logits(ctx, batch, prompt, rows):
+    """Decode ``prompt`` then ``rows`` at its end; logits of the first of ``rows`` (copied),
+    leaving the cache as it was after the prompt."""
+    ctx.decode(batch.fill(rows, len(prompt), all_logits=True))
+    out = np.array(ctx.logits(0))
+    ctx.trim(len(prompt))
+    return out
+
+
+def _one_vs_batches(model, type_kv, prompt, n_threads=2):
+    ctx = Context(model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=n_threads,
+                  n_threads_batch=n_threads, type_k=type_kv, type_v=type_kv)
+    batch = Batch(512)
+    for i in range(0, len(prompt), 512):
+        ctx.decode(batch.fill(prompt[i:i + 512], i))
+    nxt = prompt[:5]
+    one = _first_row_logits(ctx, batch, prompt, nxt[:1])
+    two = _first_row_logits(ctx, batch, prompt, nxt[:2])
+    five = _first_row_logits(ctx, batch, prompt, nxt[:5])
+    ctx.close()
+    return one, two, five
+
+
+@pytest.fixture(scope="module")
+def demo_q4_0(demo_model, tmp_path_factory):
+    """A Q4_0 copy of the demo model (Q4_0 weights are repacked on this CPU: another matmul)."""
+    import requantize
+    return requantize.requantize(demo_model, tmp_path_factory.mktemp("q4_0") / "demo.Q4_0.gguf")
+
+
+@pytest.fixture(scope="module", params=["Q4_1", "Q4_0"])
+def demo_and_prompt(request, demo_model):
+    model = Model(demo_model if request.param == "Q4_1" else request.getfixturevalue("demo_q4_0"))
+    assert model.describe().endswith(request.param)
+    text = ("The library turns a model file into text one token at a time, and every token "
+            "it writes is read back before the next one is chosen. ")
+    tokens = model.vocab.tokenize(text * 40, add_special=True)[:POS]
+    assert len(tokens) == POS
+    return model, tokens
+
+
+def test_q8_0_cache_one_row_decode_equals_batch_rows_on_two_threads(demo_and_prompt):
+    model, prompt = demo_and_prompt
+    one, two, five = _one_vs_batches(model, "q8_0", prompt)
+    assert np.array_equal(one, two) and np.array_equal(two, five)
+
+
+def test_f16_cache_one_row_decode_differs_on_two_threads_past_512_cells(demo_and_prompt):
+    # The documented cause: ggml-cpu's split-KV flash attention for a single query row
+    # with F16 K/V and >= 512 KV cells. Multi-row batches still agree with each other.
+    model, prompt = demo_and_prompt
+    one, two, five = _one_vs_batches(model, "f16", prompt)
+    assert np.array_equal(two, five)
+    assert not np.array_equal(one, two)
+    assert np.abs(one - two).max() < 2.0        # a different summation order, not garbage
+
+
+def test_thread_counts_can_change_between_decodes(demo_and_prompt):
+    # llama_set_n_threads: what a loop uses to run one-row decodes and batches on
+    # different thread counts (e.g. under a busy neighbour) without a new context.
+    model, prompt = demo_and_prompt
+    ctx = Context(model, n_ctx=256, n_threads=2, n_threads_batch=2, type_k="q8_0", type_v="q8_0")
+    assert ctx.threads == (2, 2)
+    batch = Batch(64)
+    ctx.decode(batch.fill(prompt[:40], 0))
+    ctx.set_threads(1, 2)
+    assert ctx.threads == (1, 2)
+    ctx.decode(batch.fill(prompt[40:41], 40))
+    one = np.array(ctx.logits(0))
+    ctx.trim(40)
+    ctx.decode(batch.fill(prompt[40:42], 40, all_logits=True))
+    assert np.array_equal(one, ctx.logits(0))    # 1-thread row == row of a 2-thread batch
+    ctx.close()
