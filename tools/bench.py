@@ -1,29 +1,33 @@
 #!/usr/bin/env python3
 """Decode speed of geniex's loop, against itself and against llama.cpp's own loop.
 
-    python tools/bench.py [--tokens N] [--rounds R] [--threads T] [--quick]
+    python tools/bench.py [--tokens N] [--rounds R] [--quick] [--markdown F] [--plot F.png]
 
-On the demo model (SmolLM2-135M Q4_1), greedy, a fixed set of chat prompts:
+On the demo model (SmolLM2-135M Q4_1), greedy, five workloads: open prose, a code edit
+whose answer repeats the input, quoting a passage, a second edit of the same code (an
+agent's next request) and a chat's second turn that quotes the first answer again.
 
-- ours, plain: ``Session.generate`` with no drafter (the accept loop drafting nothing);
-- ours, speculative: the same loop with each drafting method, built by ``Session``
-  exactly as ``geniex infer --spec-type ...`` builds it (n-gram methods with their
-  DEFAULTS, draft-simple with the demo model drafting for itself);
+- ours: ``Session.generate`` as ``geniex infer`` builds it, plain and with each drafting
+  method (n-gram methods with their defaults and the draft policy ``auto``; ``fixed``
+  rows draft as long as the drafter offers; ``fresh`` rows forget the n-gram memory
+  before every run);
 - native: llama.cpp's own server loop (``xllamacpp.Server``: the same b11549 library,
-  driven by its C++ server and speculative code) with the same model, the same prompt
-  token ids and the same settings, plain and with ngram-mod / ngram-simple / a draft
-  model. Only this benchmark uses xllamacpp's Python API; geniex never does. Its HTTP
-  listener is bound to 127.0.0.1; requests go through ``Server.handle_completions``.
-  The server keeps its ngram-mod table across requests (a repeated prompt is then drafted
-  from the previous answer), so that worker is restarted before every run
-  (``--native-keep-state`` to see the effect).
-- the thread setting: plain decoding with one-row decodes on 1 and on 2 threads.
+  driven by its C++ server and speculative code), given the same prompt token ids.
+  Each side runs **at its own defaults** (what a user who starts it gets: ours every
+  physical core, micro-batch 32, q8_0 KV cache; native its own thread choice, micro-batch
+  512, F16 KV cache), and native runs again at ours' settings (``=`` rows). Native
+  ngram-mod keeps its table across requests, as its server does (``fresh``: a new server
+  per run; ``own``: its own 24/48/64 parameters). Only this benchmark uses xllamacpp's
+  Python API; geniex never does. Its HTTP listener is bound to 127.0.0.1; requests go
+  through ``Server.handle_completions``.
 
 Every configuration lives in its own worker process (ours and native alike, so the
 scheduler treats them the same), loaded once. Every round runs every configuration
-once per prompt, in a rotated order, so slow spells of a shared machine hit all
+once per workload, in a rotated order, so slow spells of a shared machine hit all
 configurations alike. Speeds are medians over rounds; ratios are medians of per-round
-ratios (paired within a round). Absolute tok/s are noisy on a shared VM: read ratios.
+ratios (paired within a round), with their geometric mean over workloads. Absolute
+tok/s are noisy on a shared VM: read ratios. A warning is printed when multi-threaded
+batches stall (another process on a core).
 
 Also printed: acceptance and the accepted-length histogram per method, tokens per
 verify step, "bandwidth achieved" (model bytes x tok/s, as gpt-fast prints it), the
@@ -32,7 +36,10 @@ against a one-row decode, and whether each speculative answer equals the plain a
 token for token (it must).
 """
 import argparse
+import contextlib
+import io
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -76,7 +83,15 @@ PROMPTS = {
                   "Reply with the full updated code only.\n\n```python\n" + CODE + "```"),
     "quote": ("Here is a passage:\n\n" + PASSAGE + "\n\nQuote the first two sentences of the "
               "passage exactly, then summarize the passage in one sentence."),
+    # An agent's second edit of the same file: the code (and the first edit's answer)
+    # were seen before, by a drafter that remembers earlier answers.
+    "code-edit-2": ("Rename the function print_receipt to show_receipt everywhere in this code. "
+                    "Reply with the full updated code only.\n\n```python\n" + CODE + "```"),
+    # A chat's second turn that quotes the first answer again (built at start: the first
+    # turn's answer is the plain greedy answer to "prose").
+    "chat-quote": None,
 }
+CHAT_QUOTE_ASK = "Repeat your story above word for word, but give the keeper the name Ada."
 
 
 # ---------------------------------------------------------------------------------
@@ -87,13 +102,16 @@ class Config:
     name: str
     side: str                       # "ours" | "native"
     spec: str = ""                  # "" plain, an n-gram type, or "draft-simple"
-    threads: int = 1                # one-row decodes
-    threads_batch: int = 2          # multi-row batches (verify, prefill)
+    threads: int = 0                # one-row decodes (0 = the side's default: all cores)
+    threads_batch: int = 0          # multi-row batches (verify, prefill; 0 = the side's default)
     ngram: tuple = ()               # (n, min, max) for n-gram methods
     draft_tokens: int = 3           # draft-simple: --draft-tokens (geniex's default)
     env: dict = field(default_factory=dict)
-    # Start a fresh worker before every run: llama.cpp's server keeps its ngram-mod table
-    # across requests, so a repeated prompt would be drafted from the previous answer.
+    ubatch: int = 0                 # micro-batch rows (0 = the side's default: ours 32, native 512)
+    cache: str = ""                 # KV cache type, K and V ("" = the side's default: ours q8_0, native f16)
+    policy: str = "auto"            # ours: --draft-policy
+    # Forget what drafting learned before every run: ours resets its n-gram memory, native
+    # gets a fresh worker (llama.cpp's server keeps its ngram-mod table across requests).
     fresh: bool = False
 
     @property
@@ -133,35 +151,46 @@ def env_variants(args):
 
 
 def make_configs(args):
+    """Each side at its defaults (what a user who starts it sees), and native again at
+    ours' settings (equal threads, micro-batch and KV cache: the loops compared alone)."""
     from geniex.speculative.options import NGRAM_DEFAULTS as DEFAULTS
     T, TB = args.threads, args.threads_batch
-    other_t = 2 if T == 1 else 1
     if args.methods:
         methods = [m for m in args.methods if m != "none"]
     elif args.quick:
         methods = ["ngram-mod"]
     else:
         methods = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "draft-simple"]
+    equal = dict(threads=T or physical_cores(), threads_batch=TB or physical_cores(), ubatch=32, cache="q8_0")
     cfgs = [Config("ours plain", "ours", "", T, TB)]
     for m in methods:
         cfgs.append(Config(f"ours {m}", "ours", m, T, TB, ngram=DEFAULTS.get(m, ())))
+        if not args.quick:
+            cfgs.append(Config(f"ours {m} fixed", "ours", m, T, TB, ngram=DEFAULTS.get(m, ()), policy="fixed"))
+        if m == "ngram-mod":
+            cfgs.append(Config(f"ours {m} fresh", "ours", m, T, TB, ngram=DEFAULTS[m], fresh=True))
     if args.threads_compare:
-        cfgs.append(Config(f"ours plain t{other_t}", "ours", "", other_t, TB))
+        cfgs.append(Config("ours plain t1", "ours", "", 1, TB))
     for label, env in env_variants(args):
         cfgs.append(Config(f"ours plain [{label}]", "ours", "", T, TB, env=env))
         if "ngram-mod" in methods:
             cfgs.append(Config(f"ours ngram-mod [{label}]", "ours", "ngram-mod", T, TB,
                                ngram=DEFAULTS["ngram-mod"], env=env))
-        if args.threads_compare:
-            cfgs.append(Config(f"ours plain t{other_t} [{label}]", "ours", "", other_t, TB, env=env))
     if not args.no_native:
-        cfgs.append(Config("native plain", "native", "", T, TB))
+        cfgs.append(Config("native plain", "native", ""))
+        cfgs.append(Config("native plain =", "native", "", **equal))
         for m in ("ngram-mod", "ngram-simple", "draft-simple"):
-            if m in methods:
-                cfgs.append(Config(f"native {m}", "native", m, T, TB, ngram=DEFAULTS.get(m, ()),
-                                   fresh=(m == "ngram-mod" and not args.native_keep_state)))
+            if m not in methods:
+                continue
+            # The same drafting parameters as ours, at native's defaults otherwise.
+            cfgs.append(Config(f"native {m}", "native", m, ngram=DEFAULTS.get(m, ())))
+            cfgs.append(Config(f"native {m} =", "native", m, ngram=DEFAULTS.get(m, ()), **equal))
+            if m == "ngram-mod":
+                cfgs.append(Config(f"native {m} fresh", "native", m, ngram=DEFAULTS[m], fresh=True))
+                # What a user gets from `llama-server --spec-type ngram-mod` (24/48/64).
+                cfgs.append(Config(f"native {m} own", "native", m, ngram=(24, 48, 64)))
         if args.threads_compare:
-            cfgs.append(Config(f"native plain t{other_t}", "native", "", other_t, TB))
+            cfgs.append(Config("native plain t1", "native", "", 1, TB or physical_cores()))
     return cfgs
 
 
@@ -179,12 +208,17 @@ class OursHandler:
             spec = SpecOptions()
         elif cfg.spec == "draft-simple":
             spec = SpecOptions(types=("draft-simple",), draft_model="demo", draft_path=model_path,
-                               n_max=cfg.draft_tokens)
+                               n_max=cfg.draft_tokens, policy=cfg.policy)
         else:
             n, lo, hi = cfg.ngram
-            spec = SpecOptions(types=(cfg.spec,), ngram_n=n, ngram_min=lo, ngram_max=hi)
-        self.s = Session(model_path, LoadOptions(nctx=NCTX, threads=cfg.threads,
-                                                 threads_batch=cfg.threads_batch, spec=spec))
+            spec = SpecOptions(types=(cfg.spec,), ngram_n=n, ngram_min=lo, ngram_max=hi, policy=cfg.policy)
+        opts = LoadOptions(nctx=NCTX, threads=cfg.threads, threads_batch=cfg.threads_batch, spec=spec)
+        if cfg.ubatch:
+            opts.n_ubatch = cfg.ubatch
+        if cfg.cache:
+            opts.cache_type_k = opts.cache_type_v = cfg.cache
+        self.fresh = cfg.fresh
+        self.s = Session(model_path, opts)
         if not cfg.plain and self.s.drafter is None:
             raise SystemExit(f"{cfg.name}: speculative setup failed: {self.s.spec_notes}")
         self.model_bytes = self.s.model.size_bytes
@@ -212,12 +246,15 @@ class OursHandler:
 
     def tokenize(self, text):
         from geniex.engine.chat import ChatTemplate
-        return self.s.tokenize_prompt(ChatTemplate(self.s.model).render([{"role": "user", "content": text}]))
+        messages = text if isinstance(text, list) else [{"role": "user", "content": text}]
+        return self.s.tokenize_prompt(ChatTemplate(self.s.model).render(messages))
 
     def run(self, tokens, n):
         from geniex.engine.loop import GenOptions
         from geniex.engine.sampling import SamplingParams
         self.in_lib = 0.0
+        if self.fresh:
+            self.s.reset(drafts=True)
         gen = self.s.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(seed=1)))
         for _ in gen:
             pass
@@ -267,10 +304,13 @@ class NativeHandler:
         p.model.path = str(model_path)
         p.n_ctx = NCTX
         p.n_parallel = 1
-        p.n_batch = 512
-        p.n_ubatch = 32                       # as geniex's Session
-        p.cpuparams.n_threads = cfg.threads
-        p.cpuparams_batch.n_threads = cfg.threads_batch
+        if cfg.threads:                       # else the server's default (its own choice of cores)
+            p.cpuparams.n_threads = cfg.threads
+            p.cpuparams_batch.n_threads = cfg.threads_batch or cfg.threads
+        if cfg.ubatch:                        # else the server's default (512)
+            p.n_ubatch = cfg.ubatch
+        if cfg.cache:                         # else the server's default (f16)
+            p.cache_type_k = p.cache_type_v = getattr(x.ggml_type, "GGML_TYPE_" + cfg.cache.upper())
         p.hostnames = ["127.0.0.1"]           # its HTTP listener: loopback only
         p.port = 0
         if cfg.spec:
@@ -284,8 +324,9 @@ class NativeHandler:
             else:
                 sp.draft.mparams.path = str(model_path)
                 sp.draft.n_max, sp.draft.n_min, sp.draft.p_min = cfg.draft_tokens, 0, 0.0
-                sp.draft.cpuparams.n_threads = cfg.threads
-                sp.draft.cpuparams_batch.n_threads = cfg.threads_batch
+                if cfg.threads:
+                    sp.draft.cpuparams.n_threads = cfg.threads
+                    sp.draft.cpuparams_batch.n_threads = cfg.threads_batch or cfg.threads
         self.server = x.Server(p)
         self.address = self.server.listening_address
         self.server.handle_completions({"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0})
@@ -410,8 +451,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=None, help="answer tokens per run (default 128; quick 32)")
     ap.add_argument("--rounds", type=int, default=None, help="alternated rounds (default 3; quick 2)")
-    ap.add_argument("--threads", type=int, default=1, help="threads for one-row decodes (default 1, geniex's default)")
-    ap.add_argument("--threads-batch", type=int, default=0, help="threads for batches (default: physical cores)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="ours' threads for one-row decodes (default 0: geniex's default, every physical core)")
+    ap.add_argument("--threads-batch", type=int, default=0, help="ours' threads for batches (default 0: every physical core)")
     ap.add_argument("--quick", action="store_true",
                     help="ngram-mod only, 32 tokens, 2 rounds, no thread comparison (~1 minute)")
     ap.add_argument("--methods", type=lambda s: [m.strip() for m in s.split(",") if m.strip()],
@@ -427,9 +469,8 @@ def main(argv=None):
     ap.add_argument("--load", type=int, default=0, metavar="N",
                     help="run N busy-looping processes during the rounds: a reproducible busy neighbour")
     ap.add_argument("--no-row-cost", action="store_true", help="skip the verify-batch cost table")
-    ap.add_argument("--native-keep-state", action="store_true",
-                    help="keep one native ngram-mod server for all runs (its table then remembers earlier "
-                         "answers to the same prompt); default: a fresh server per run")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the report (markdown) to FILE")
+    ap.add_argument("--plot", metavar="PNG", help="also draw tok/s by workload and configuration (needs matplotlib)")
     ap.add_argument("--json", help="also write the raw runs to this file")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -437,7 +478,6 @@ def main(argv=None):
         return worker(args.worker)
     args.tokens = args.tokens or (32 if args.quick else 128)
     args.rounds = args.rounds or (2 if args.quick else 3)
-    args.threads_batch = args.threads_batch or physical_cores()
     args.threads_compare = not (args.no_threads or args.quick)
     prompts = args.prompts or list(PROMPTS)
     unknown = [p for p in prompts if p not in PROMPTS]
@@ -462,10 +502,16 @@ def main(argv=None):
             w.wait_ready()
         plain = workers["ours plain"]
         model_bytes = plain.model_bytes
-        toks = {p: plain.ask({"cmd": "tokenize", "text": PROMPTS[p]}) for p in prompts}
+        toks = {p: plain.ask({"cmd": "tokenize", "text": PROMPTS[p]}) for p in prompts if PROMPTS[p]}
+        if "chat-quote" in prompts:
+            first = plain.ask({"cmd": "tokenize", "text": PROMPTS["prose"]})
+            story = plain.run(first, args.tokens).text
+            toks["chat-quote"] = plain.ask({"cmd": "tokenize", "text": [
+                {"role": "user", "content": PROMPTS["prose"]}, {"role": "assistant", "content": story},
+                {"role": "user", "content": CHAT_QUOTE_ASK}]})
         addrs = sorted({w.address for w in workers.values() if w.address})
         print(f"# geniex bench: {path.name}, {model_bytes / 1e6:.1f} MB, {args.tokens} tokens, "
-              f"{args.rounds} rounds, threads {args.threads} (batch {args.threads_batch}), "
+              f"{args.rounds} rounds, ours' threads {args.threads or 'default'} (batch {args.threads_batch or 'default'}), "
               f"{os.cpu_count()} CPUs, load average {load0[0]:.2f}; loaded in {time.perf_counter() - t_start:.0f} s")
         if addrs:
             print(f"# native servers listen on {', '.join(addrs)}")
@@ -477,9 +523,7 @@ def main(argv=None):
         if burners:
             print(f"# {len(burners)} busy-looping process(es) running during the rounds (--load)")
         runs = {(c.name, p): [] for c in cfgs for p in prompts}
-        cost_workers = [] if args.no_row_cost else [w for w in workers.values()
-                                                    if w.cfg.side == "ours" and w.cfg.plain
-                                                    and w.cfg.threads == args.threads]
+        cost_workers = [] if args.no_row_cost else [workers["ours plain"]]
         costs = {w.cfg.name: [] for w in cost_workers}
         for r in range(args.rounds):
             t_round = time.perf_counter()
@@ -490,7 +534,7 @@ def main(argv=None):
                     order = order[::-1]
                 for c in order:
                     w = workers[c.name]
-                    if c.fresh and w.used:
+                    if c.fresh and c.side == "native" and w.used:
                         w.close()
                         w = workers[c.name] = Worker(c, path, logdir)
                         w.wait_ready()
@@ -507,13 +551,54 @@ def main(argv=None):
         for w in workers.values():
             w.close()
 
-    report(args, cfgs, prompts, runs, model_bytes, costs)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(Tee(sys.stdout, buf)):
+        report(args, cfgs, prompts, runs, model_bytes, costs)
+    if args.markdown:
+        Path(args.markdown).write_text(f"# tools/bench.py {' '.join(sys.argv[1:])}\n{buf.getvalue()}",
+                                       encoding="utf-8")
+    if args.plot:
+        plot(args.plot, cfgs, prompts, runs, args.rounds)
     if args.json:
         with open(args.json, "w") as fp:
             json.dump({"args": vars(args), "prompts": toks, "costs": costs,
                        "runs": {f"{k[0]}|{k[1]}": [asdict(x) for x in v] for k, v in runs.items()}}, fp)
     load1 = os.getloadavg()
     print(f"\n# done in {time.perf_counter() - t_start:.0f} s; load average {load0[0]:.2f} -> {load1[0]:.2f}")
+
+
+class Tee:
+    """Write to several streams (the report goes to the terminal and to --markdown)."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for st in self.streams:
+            st.write(text)
+
+    def flush(self):
+        for st in self.streams:
+            st.flush()
+
+
+def plot(path, cfgs, prompts, runs, rounds):
+    """A bar chart of median tok/s per workload and configuration."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [c.name for c in cfgs if not c.env]
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(prompts) * max(1, len(names) / 6)), 5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        ys = [med([runs[(name, p)][r].tok_s for r in range(rounds)]) for p in prompts]
+        ax.bar([j + i * width for j in range(len(prompts))], ys, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(prompts))], prompts)
+    ax.set_ylabel("tok/s (median over rounds)")
+    ax.set_title("geniex vs llama.cpp's server, demo model, greedy")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def report(args, cfgs, prompts, runs, model_bytes, costs):
@@ -542,30 +627,36 @@ def report(args, cfgs, prompts, runs, model_bytes, costs):
     print(table(["config"] + prompts + ["all", "GB/s"], rows))
     print("\nGB/s = bandwidth achieved: model bytes x tok/s (for speculative rows: committed tokens/s).")
 
-    T = args.threads
-    other_t = 2 if T == 1 else 1
-    print("\n## Ratios measured in this run (median of per-round paired ratios)\n")
+    print("\n## Ratios measured in this run (median of per-round paired ratios; geo = geometric "
+          "mean over the workloads)\n")
     rows = []
 
     def add(a, b, label=None):
         if a in by and b in by:
-            rows.append([label or f"{a} / {b}"] + [f2(ratio(a, b, p)) for p in prompts] + [f2(ratio(a, b))])
+            per = [ratio(a, b, p) for p in prompts]
+            geo = math.exp(sum(math.log(x) for x in per) / len(per)) if all(x > 0 for x in per) else float("nan")
+            rows.append([label or f"{a} / {b}"] + [f2(x) for x in per] + [f2(ratio(a, b)), f2(geo)])
+    add("ours plain", "native plain", "ours plain / native plain (each at its defaults)")
+    add("ours plain", "native plain =", "ours plain / native plain = (equal settings)")
     for c in cfgs:
         if c.side == "ours" and not c.plain and not c.env:
             add(c.name, "ours plain")
-    add("ours plain", "native plain")
-    for c in cfgs:
-        if c.side == "native" and not c.plain:
-            add("ours " + c.spec, c.name)
-            add(c.name, "native plain")
-    add(f"ours plain t{other_t}", "ours plain", f"ours plain t{other_t} / t{T}")
-    add(f"native plain t{other_t}", "native plain", f"native plain t{other_t} / t{T}")
+    for m in ("ngram-mod", "ngram-simple", "draft-simple"):
+        add(f"ours {m}", f"native {m}", f"ours {m} / native {m} (defaults, same drafting parameters)")
+        add(f"ours {m} fixed", f"native {m} =", f"ours {m} fixed / native {m} = (equal settings)")
+        add(f"native {m}", "native plain")
+    add("ours ngram-mod", "native ngram-mod own", "ours ngram-mod / native ngram-mod own (each at its defaults)")
+    add("ours ngram-mod fresh", "native ngram-mod fresh", "ours ngram-mod fresh / native ngram-mod fresh")
+    add("ours plain t1", "ours plain", "ours plain t1 / all cores")
+    add("native plain t1", "native plain", "native plain t1 / its default")
     for label, _env in env_variants(args):
         add(f"ours plain [{label}]", "ours plain", f"ours plain: [{label}] / default")
         add(f"ours ngram-mod [{label}]", "ours ngram-mod", f"ours ngram-mod: [{label}] / default")
-        add(f"ours plain t{other_t} [{label}]", f"ours plain t{other_t}", f"ours plain t{other_t}: [{label}] / default")
-        add(f"ours plain t{other_t} [{label}]", f"ours plain [{label}]", f"ours plain t{other_t} / t{T}, both [{label}]")
-    print(table(["ratio"] + prompts + ["all"], rows))
+    print(table(["ratio"] + prompts + ["all", "geo"], rows))
+    print("\n'=': native at ours' settings (all cores, micro-batch 32, q8_0 KV cache). 'fresh': drafting "
+          "memory forgotten before every run (native: a new server). 'own': native's own n-gram defaults "
+          "(24/48/64). Without 'fresh', both sides keep what drafting learned across requests, as their "
+          "servers do; every workload runs every round.")
 
     print("\n## Drafting (summed over prompts and rounds)\n")
     rows = []

@@ -47,6 +47,7 @@ class LoadOptions:
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
     n_ubatch: int = 32
+    data_dir: object = None          # where measured verify costs are cached (None: the default)
     spec: SpecOptions = field(default_factory=SpecOptions)
 
 
