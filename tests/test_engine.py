@@ -97,7 +97,8 @@ def test_user_cancel_stops_between_steps(session):
 
     gen = session.generate(session.vocab.tokenize(COUNTING), greedy(max_tokens=100), cancel=cancel)
     gen.run()
-    assert gen.stats.stop_reason == "user" and gen.stats.decode_tokens == 5
+    # One check before the prompt's only prefill chunk, then one before each step.
+    assert gen.stats.stop_reason == "user" and gen.stats.decode_tokens == 4
 
 
 def test_seeded_sampling_is_reproducible(session):
