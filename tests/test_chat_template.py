@@ -185,3 +185,56 @@ def test_server_refusal_is_a_400_and_tool_turns_are_accepted(tmp_path, custom_mo
     assert "Traceback" not in s.stderr
     # Which template was used is logged once for the loaded model.
     assert s.stderr.count("chat template: the model's own") == 1, s.stderr
+
+
+# -- the same greedy answer ----------------------------------------------------------------
+
+QUESTIONS = ["Which city is the capital of France?", "Write a haiku about the sea."]
+
+
+@pytest.fixture(scope="module")
+def reference_answers(demo_ref):
+    """llama.cpp's server's greedy answers (48 tokens at most) to QUESTIONS."""
+    out = {}
+    for q in QUESTIONS:
+        r = demo_ref.post("/v1/chat/completions", {"messages": [{"role": "user", "content": q}],
+                                                   "max_tokens": 48, "temperature": 0})
+        assert r.status_code == 200, r.text
+        out[q] = r.json()
+    return out
+
+
+def answer_tokens(ref):
+    # llama.cpp's server counts the end-of-generation token in completion_tokens; geniex
+    # counts the answer's tokens only.
+    n = ref["usage"]["completion_tokens"]
+    return n - 1 if ref["choices"][0]["finish_reason"] == "stop" else n
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_infer_greedy_answer_equals_llamacpp_server(cli, reference_answers, question):
+    ref = reference_answers[question]
+    proc = cli("infer", "-p", question, "--max-tokens", 48, "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ref["choices"][0]["message"]["content"] + "\n"
+    assert f"prompt tokens:  {ref['usage']['prompt_tokens']} " in proc.stderr
+    assert f"decode tokens:  {answer_tokens(ref)} " in proc.stderr
+    # --verbose says which template was used, once.
+    assert proc.stderr.count("chat template:") == 1
+    assert "chat template: the model's own (tokenizer.chat_template), rendered with Jinja2" in proc.stderr
+
+
+def test_server_greedy_answers_equal_llamacpp_server(tmp_path, reference_answers):
+    data = tmp_path / "data"
+    data.mkdir()
+    with Server(data, "--nctx", 4096) as s:
+        for question, ref in reference_answers.items():
+            r = s.chat({"model": "demo/SmolLM2-135M-Instruct:Q4_1", "max_tokens": 48,
+                        "messages": [{"role": "user", "content": question}]})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["choices"][0]["message"]["content"] == ref["choices"][0]["message"]["content"]
+            assert body["choices"][0]["finish_reason"] == ref["choices"][0]["finish_reason"]
+            assert body["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
+            assert body["usage"]["completion_tokens"] == answer_tokens(ref)
+    assert s.stderr.count("chat template: the model's own") == 1, s.stderr
