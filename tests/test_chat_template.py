@@ -16,6 +16,7 @@ from geniex.engine.loop import GenOptions
 from geniex.engine.runtime import LoadOptions, Session
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.template import TemplateRefused
+from geniex.errors import GenieXError
 from llamacpp_server import Reference
 from serverproc import Server
 
@@ -238,3 +239,60 @@ def test_server_greedy_answers_equal_llamacpp_server(tmp_path, reference_answers
             assert body["usage"]["prompt_tokens"] == ref["usage"]["prompt_tokens"]
             assert body["usage"]["completion_tokens"] == answer_tokens(ref)
     assert s.stderr.count("chat template: the model's own") == 1, s.stderr
+
+
+# -- llama.cpp's built-in formats: no template, or one Jinja cannot render ------------------
+
+@pytest.fixture(scope="module")
+def bare_model(tmp_path_factory):
+    """The tiny target without any chat template."""
+    return tiny_gemma4.write_target(tmp_path_factory.mktemp("bare") / "bare.gguf", chat_template=False)
+
+
+def test_no_template_is_chatml_as_in_llamacpp_server(bare_model, cli):
+    s = Session(bare_model, LoadOptions(nctx=512))
+    try:
+        template = template_for(s.model)
+        assert template.kind == "builtin" and "has none" in template.note
+        body = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}
+        text, tokens = ours(s, body)
+        assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        with Reference(bare_model) as ref:
+            assert text == ref.prompt(body)
+            assert tokens == ref.tokens(body)
+    finally:
+        s.close()
+    proc = cli("infer", bare_model, "-p", "Hi", "--max-tokens", 4, "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    # Said once (the engine logs it; the CLI does not print it again).
+    assert proc.stderr.count("chat template:") == 1, proc.stderr
+    assert "the model has none; using llama.cpp's built-in chatml format" in proc.stderr
+
+
+@pytest.mark.parametrize("source, why", [
+    ("<start_of_turn>{% for m in messages %}{{ m.content }", "does not compile"),      # syntax error
+    ("<start_of_turn>{{ no_such_thing.method() }}", "failed in Jinja2"),               # fails at render
+])
+def test_template_jinja_cannot_render_uses_the_builtin_family(tmp_path, caplog, source, why):
+    path = with_template(tiny_gemma4.write_target(tmp_path / "base.gguf", chat_template=False),
+                         tmp_path / "broken.gguf", source)
+    s = Session(path, LoadOptions(nctx=512))
+    try:
+        with caplog.at_level("INFO", logger="geniex.engine"):
+            text = template_for(s.model).render([{"role": "user", "content": "Hi"}])
+        # "<start_of_turn>" is how llama.cpp recognises the gemma family.
+        assert text == "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        assert any(why in r.getMessage() and r.levelname == "WARNING" for r in caplog.records), caplog.text
+    finally:
+        s.close()
+
+
+def test_template_nothing_can_render_is_a_clear_error(tmp_path):
+    path = with_template(tiny_gemma4.write_target(tmp_path / "base.gguf", chat_template=False),
+                         tmp_path / "broken.gguf", "{{ no_such_thing.method() }}")
+    s = Session(path, LoadOptions(nctx=512))
+    try:
+        with pytest.raises(GenieXError, match="chat template failed .*UndefinedError.*no built-in format"):
+            template_for(s.model).render([{"role": "user", "content": "Hi"}])
+    finally:
+        s.close()
