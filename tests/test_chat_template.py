@@ -296,3 +296,30 @@ def test_template_nothing_can_render_is_a_clear_error(tmp_path):
             template_for(s.model).render([{"role": "user", "content": "Hi"}])
     finally:
         s.close()
+
+
+# A template without a system turn (Gemma-2 and some Mistral templates refuse one).
+NO_SYSTEM_TEMPLATE = """\
+{%- if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}
+{%- for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|assistant|>{% endif %}
+"""
+
+
+def test_template_without_system_turn_gets_it_in_the_user_message_as_in_llamacpp_server(tmp_path, cli):
+    path = with_template(tiny_gemma4.write_target(tmp_path / "base.gguf", chat_template=False),
+                         tmp_path / "nosys.gguf", NO_SYSTEM_TEMPLATE)
+    body = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                         {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}]}
+    s = Session(path, LoadOptions(nctx=512))
+    try:
+        text, tokens = ours(s, body)
+        assert text == "<|user|>Be brief.\nHi<|end|>\n<|assistant|>Hello<|end|>\n<|user|>Bye<|end|>\n<|assistant|>"
+        with Reference(path) as ref:
+            assert text == ref.prompt(body)
+            assert tokens == ref.tokens(body)
+    finally:
+        s.close()
+    proc = cli("infer", path, "-s", "Be brief.", "-p", "Hi", "--max-tokens", 3)
+    assert proc.returncode == 0, proc.stderr

@@ -65,3 +65,16 @@ def test_tool_call_arguments_become_objects_only_where_the_template_needs_them()
     assert not raw.object_arguments and raw.render(CALL) == '{"x":  1}'
     # The caller's messages are never changed.
     assert CALL[0]["tool_calls"][0]["function"]["arguments"] == '{"x":  1}'
+
+
+def test_system_text_moves_into_the_next_user_message_only_without_a_system_turn():
+    no_system = JinjaTemplate("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no') }}"
+                              "{% endif %}[{{ m.role }}:{{ m.content }}]{% endfor %}")
+    assert not no_system.system_role
+    msgs = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"},
+            {"role": "user", "content": "u"}, {"role": "system", "content": "c"},
+            {"role": "assistant", "content": "x"}, {"role": "system", "content": "d"}]
+    assert no_system.render(msgs, False) == "[user:a\nb\nu][user:c][assistant:x][user:d]"
+    with_system = JinjaTemplate("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}")
+    assert with_system.system_role
+    assert with_system.render(msgs[:3], False) == "[system:a][system:b][user:u]"

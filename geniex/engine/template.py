@@ -8,11 +8,15 @@ objects or mutate its inputs) with ``trim_blocks`` and ``lstrip_blocks``, the
 filters transformers adds: ``raise_exception``, ``strftime_now`` and its own
 ``tojson`` (no HTML escaping, non-ASCII kept, ``indent``/``separators``/``sort_keys``).
 
-One adjustment follows llama.cpp's server, the reference for "the same prompt": an
-assistant tool call's ``arguments`` arrive from OpenAI clients as a JSON *string*,
-while many templates print them with ``| tojson`` and expect an object. Like
-llama.cpp, a template that renders object arguments but not string ones gets the
-string parsed into an object (found once per template by two trial renders).
+Two adjustments follow llama.cpp's server, the reference for "the same prompt"; each
+is decided once per template by trial renders, as llama.cpp decides them:
+
+- an assistant tool call's ``arguments`` arrive from OpenAI clients as a JSON
+  *string*, while many templates print them with ``| tojson`` and expect an object: a
+  template that renders object arguments but not string ones gets the string parsed;
+- a template that has no system turn (it drops the system message or refuses it with
+  ``raise_exception``, as Gemma-2's and some Mistral templates do) gets the system text
+  at the start of the next user message (joined by a newline).
 """
 import copy
 import json
@@ -90,6 +94,7 @@ class JinjaTemplate:
         except jinja2.TemplateError as e:
             raise TemplateFailed(_describe(e)) from None
         self.object_arguments = self._requires_object_arguments()
+        self.system_role = self._supports_system_role()
 
     def render(self, messages, add_generation_prompt=True, tools=None, extra=None):
         """The prompt text for ``messages`` (dicts as in an OpenAI chat request, with
@@ -97,6 +102,8 @@ class JinjaTemplate:
         variables (a request's ``chat_template_kwargs``)."""
         if self.object_arguments:
             messages = _object_arguments(messages)
+        if not self.system_role:
+            messages = _system_into_user(messages)
         context = dict(extra or {})
         context.update(messages=messages, tools=tools or None, documents=None,
                        add_generation_prompt=add_generation_prompt,
@@ -110,20 +117,27 @@ class JinjaTemplate:
         except Exception as e:  # noqa: BLE001 - any failure inside the template is the template's
             raise TemplateFailed(_describe(e)) from None
 
+    def _try_render(self, messages):
+        try:
+            return self._compiled.render(messages=messages, tools=None, documents=None,
+                                         add_generation_prompt=False,
+                                         bos_token=self.bos_token, eos_token=self.eos_token)
+        except Exception:  # noqa: BLE001 - a probe the template does not handle shows nothing
+            return ""
+
+    def _supports_system_role(self):
+        needle = "<System Needle>"
+        return needle in self._try_render([{"role": "system", "content": needle},
+                                           {"role": "user", "content": "Hey"}])
+
     def _requires_object_arguments(self):
         # llama.cpp's capability probe: render one tool call with its arguments as a
         # JSON string and as an object, and see which shows the argument's key.
         def shows_needle(arguments):
             call = {"id": "call_1___", "type": "function",
                     "function": {"arguments": arguments, "name": "ipython"}}
-            msgs = [{"role": "user", "content": "Hey"},
-                    {"role": "assistant", "content": None, "tool_calls": [call]}]
-            try:
-                out = self._compiled.render(messages=msgs, tools=None, documents=None,
-                                            add_generation_prompt=False,
-                                            bos_token=self.bos_token, eos_token=self.eos_token)
-            except Exception:  # noqa: BLE001 - a template without tool calls may fail here
-                return False
+            out = self._try_render([{"role": "user", "content": "Hey"},
+                                    {"role": "assistant", "content": None, "tool_calls": [call]}])
             return '"argument_needle":' in out or "'argument_needle':" in out
 
         needle = {"argument_needle": "print('Hello, World!')"}
@@ -146,6 +160,36 @@ def _object_arguments(messages):
                     except ValueError:
                         pass   # not JSON: the template gets the string as sent
         out.append(m)
+    return out
+
+
+def _system_into_user(messages):
+    """System messages merged into the user message that follows them (or sent as a
+    user message of their own when another role follows), as llama.cpp does for a
+    template without a system turn."""
+    out, pending = [], ""
+
+    def flush():
+        nonlocal pending
+        if pending:
+            out.append({"role": "user", "content": pending})
+            pending = ""
+
+    for m in messages:
+        content = m.get("content")
+        if not isinstance(content, str):
+            out.append(m)
+            continue
+        if m.get("role") == "system":
+            pending = f"{pending}\n{content}" if pending else content
+            continue
+        if m.get("role") == "user" and pending:
+            m = dict(m, content=pending + (f"\n{content}" if content else ""))
+            pending = ""
+        elif m.get("role") != "user":
+            flush()
+        out.append(m)
+    flush()
     return out
 
 
