@@ -40,10 +40,14 @@ def test_greedy_capital_of_france_is_paris(session):
 
 def test_chat_template_is_applied(session):
     chat = Conversation(session, "Be brief.")
-    assert chat.template.kind == "model"
+    assert chat.template.kind == "jinja"
     text = chat.template.render(chat.messages + [{"role": "user", "content": "Hi"}])
     assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                     "<|im_start|>assistant\n")
+    # Without a system message, SmolLM2's own template adds its default one.
+    text = chat.template.render([{"role": "user", "content": "Hi"}])
+    assert text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+                    "Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_eos_stop_and_conversation_reuses_kv(session):

@@ -245,9 +245,9 @@ class OursHandler:
         loop.prefill = prefill
 
     def tokenize(self, text):
-        from geniex.engine.chat import ChatTemplate
+        from geniex.engine.chat import template_for
         messages = text if isinstance(text, list) else [{"role": "user", "content": text}]
-        return self.s.tokenize_prompt(ChatTemplate(self.s.model).render(messages))
+        return self.s.tokenize_prompt(template_for(self.s.model).render(messages))
 
     def run(self, tokens, n):
         from geniex.engine.loop import GenOptions

@@ -68,9 +68,8 @@ def run(args):
                 tracer = Tracer(args.spec_trace, session.vocab)
             except OSError as e:
                 raise UsageError(f"--spec-trace {args.spec_trace}: {e.strerror}") from None
+        # Which chat template is used is logged once per model (shown by --verbose).
         chat = Conversation(session, args.system_prompt)
-        if verbose and chat.template.kind == "plain":
-            print("the model has no chat template: prompts are passed as plain text", file=sys.stderr)
         with console.CtrlC() as ctrl:
             answer = lambda text: _answer(chat, text, opts, ctrl, tracer, verbose)  # noqa: E731
             if turns:

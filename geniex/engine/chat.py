@@ -1,66 +1,104 @@
 """Chat prompts: the model's own template, and a conversation that reuses its KV cache.
 
-Templates are applied by llama.cpp (``llama_chat_apply_template``, which recognises the
-common families from the template text). A template it does not recognise is rendered
-with Jinja2 in a sandbox (Jinja2 comes with Flask). A model without a template gets
-the plain text of the messages, and ``--verbose`` says so.
+The prompt is the model's ``tokenizer.chat_template`` rendered with Jinja2 as Hugging
+Face transformers renders it (:mod:`geniex.engine.template`), with ``bos_token`` and
+``eos_token`` from the vocabulary, so that a chat request gives the same prompt tokens
+as llama.cpp's server. llama.cpp's built-in formats (``llama_chat_apply_template``,
+which guesses the family from the template text) are used only for a model without a
+template (chatml, as llama.cpp's server does) or a template Jinja cannot render.
+Which one a model gets is logged once per loaded model (``--verbose`` shows it).
 """
-import ctypes
 import logging
+import weakref
 
+from geniex.engine.template import JinjaTemplate, TemplateFailed
 from geniex.errors import GenieXError
-from geniex.llama import api
+from geniex.llama.chat_template import apply_builtin
 
 log = logging.getLogger("geniex.engine")
 
+_PROBE = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+
 
 class ChatTemplate:
-    """Renders a list of ``{"role", "content"}`` messages into one prompt string."""
+    """Renders a list of chat messages (``{"role", "content", ...}``) into one prompt string.
+
+    ``kind`` is ``"jinja"`` (the model's own template) or ``"builtin"`` (llama.cpp's
+    format); ``note`` says which and why, in one line.
+    """
 
     def __init__(self, model):
-        self._lib = model._lib
+        vocab = model.vocab
         self.source = model.chat_template()
-        self.kind = "model" if self.source else "plain"
-        if self.source and self._apply_native([{"role": "user", "content": "x"}], True) is None:
+        self.bos_token = _token_text(vocab, vocab.bos)
+        self.eos_token = _token_text(vocab, vocab.eos)
+        self.add_bos, self.add_eos = vocab.add_bos, vocab.add_eos
+        self._jinja = None
+        self.kind = "builtin"
+        if not self.source:
+            self.note = ("chat template: the model has none; using llama.cpp's built-in chatml "
+                         "format (as llama.cpp's server does)")
+            log.info("%s", self.note)
+            return
+        try:
+            self._jinja = JinjaTemplate(self.source, self.bos_token, self.eos_token)
             self.kind = "jinja"
-        if self.kind == "plain":
-            log.info("the model has no chat template: prompts are passed as plain text")
+            self.note = "chat template: the model's own (tokenizer.chat_template), rendered with Jinja2"
+            log.info("%s", self.note)
+        except TemplateFailed as e:
+            if apply_builtin(self.source, _PROBE) is not None:
+                self.note = (f"chat template: the model's template does not compile in Jinja2 ({e}); "
+                             "using llama.cpp's built-in format for its family")
+            else:
+                self.source = None
+                self.note = (f"chat template: the model's template does not compile in Jinja2 ({e}) and "
+                             "llama.cpp does not recognise its family; using chatml")
+            log.warning("%s", self.note)
 
-    def _apply_native(self, messages, add_assistant):
-        keep = [(m["role"].encode(), m["content"].encode()) for m in messages]
-        arr = (api.llama_chat_message * max(1, len(keep)))(*[api.llama_chat_message(r, c) for r, c in keep])
-        tmpl = self.source.encode()
-        size = 4096 + sum(len(c) for _, c in keep) * 2
-        for _ in range(2):
-            buf = ctypes.create_string_buffer(size)
-            n = self._lib.llama_chat_apply_template(tmpl, arr, len(keep), add_assistant, buf, size)
-            if n < 0:
-                return None
-            if n <= size:
-                return buf.raw[:n].decode("utf-8", "replace")
-            size = n + 1
-        return None
-
-    def _apply_jinja(self, messages, add_assistant):
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message):
-            raise GenieXError(f"the model's chat template refused the conversation: {message}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
-        return env.from_string(self.source).render(
-            messages=messages, add_generation_prompt=add_assistant, bos_token="", eos_token="")
-
-    def render(self, messages, add_assistant=True):
-        """The prompt text for ``messages``, ending where the assistant's answer starts."""
-        if self.kind == "model":
-            text = self._apply_native(messages, add_assistant)
-            if text is not None:
+    def render(self, messages, add_assistant=True, tools=None, extra=None):
+        """The prompt text for ``messages``, ending where the assistant's answer starts
+        (``add_assistant``). ``tools`` (OpenAI tool definitions) and ``extra`` (more
+        template variables) reach the model's own template only. Raises
+        :class:`~geniex.engine.template.TemplateRefused` (a GenieXError) when the
+        template rejects the conversation."""
+        if self._jinja is not None:
+            try:
+                text = self._jinja.render(messages, add_assistant, tools=tools, extra=extra)
+            except TemplateFailed as e:
+                text = apply_builtin(self.source, messages, add_assistant)
+                if text is None:
+                    raise GenieXError(f"the model's chat template failed ({e}) and llama.cpp has no "
+                                      "built-in format for it") from None
+                log.warning("the model's chat template failed in Jinja2 (%s); this prompt used "
+                            "llama.cpp's built-in format for its family", e)
                 return text
-        if self.kind in ("model", "jinja"):
-            return self._apply_jinja(messages, add_assistant)
-        return "\n\n".join(m["content"] for m in messages if m["content"])
+            # As llama.cpp's server: tokenizing adds BOS (and EOS) where the vocabulary
+            # asks for them, so a template that writes them itself loses its copy here.
+            if self.add_bos and self.bos_token and text.startswith(self.bos_token):
+                text = text[len(self.bos_token):]
+            if self.add_eos and self.eos_token and text.endswith(self.eos_token):
+                text = text[:-len(self.eos_token)]
+            return text
+        text = apply_builtin(self.source, messages, add_assistant)
+        if text is None:
+            raise GenieXError("llama.cpp could not format the conversation with its built-in template")
+        return text
+
+
+_templates = weakref.WeakKeyDictionary()
+
+
+def template_for(model):
+    """The :class:`ChatTemplate` of a loaded model, made (and logged) once per model."""
+    template = _templates.get(model)
+    if template is None:
+        template = _templates[model] = ChatTemplate(model)
+    return template
+
+
+def _token_text(vocab, token):
+    # llama.cpp's server gives templates the token's piece with special tokens rendered.
+    return vocab.piece(token).decode("utf-8", "replace") if token >= 0 else ""
 
 
 class Conversation:
@@ -73,7 +111,7 @@ class Conversation:
 
     def __init__(self, session, system_prompt=None):
         self.session = session
-        self.template = ChatTemplate(session.model)
+        self.template = template_for(session.model)
         self.messages = []
         if system_prompt:
             self.messages.append({"role": "system", "content": system_prompt})
@@ -85,8 +123,12 @@ class Conversation:
     def ask(self, user_text, opts, cancel=None):
         """Add a user turn and start the answer; returns a Generation. Call
         :meth:`finish` with it once consumed so the answer joins the conversation."""
-        self.messages.append({"role": "user", "content": user_text})
-        return self.session.generate(self.prompt_tokens(), opts, cancel)
+        turn = {"role": "user", "content": user_text}
+        # Render before recording the turn: a template that refuses the conversation
+        # leaves it as it was.
+        tokens = self.prompt_tokens(self.messages + [turn])
+        self.messages.append(turn)
+        return self.session.generate(tokens, opts, cancel)
 
     def finish(self, generation):
         """Record the assistant's answer (possibly cut short) in the conversation."""

@@ -172,8 +172,10 @@ FUNCTIONS = {
     "llama_model_n_params": (ctypes.c_uint64, [c_void_p]),
     "llama_model_chat_template": (c_char_p, [c_void_p, c_char_p]),  # NULL = none
     "llama_model_meta_val_str": (c_int32, [c_void_p, c_char_p, c_char_p, c_size_t]),
+    # tmpl NULL = chatml; returns the formatted length (more than the buffer: call again
+    # with a larger one), or -1 for a template the library does not recognise
     "llama_chat_apply_template": (c_int32, [c_char_p, POINTER(llama_chat_message), c_size_t,
-                                            c_bool, c_char_p, c_int32]),  # -1 = unknown template
+                                            c_bool, c_char_p, c_int32]),
     # -- vocab ----------------------------------------------------------------------
     "llama_vocab_n_tokens": (c_int32, [c_void_p]),
     "llama_vocab_type": (c_int, [c_void_p]),
@@ -183,6 +185,7 @@ FUNCTIONS = {
     "llama_vocab_is_eog": (c_bool, [c_void_p, llama_token]),
     "llama_vocab_is_control": (c_bool, [c_void_p, llama_token]),
     "llama_vocab_get_add_bos": (c_bool, [c_void_p]),
+    "llama_vocab_get_add_eos": (c_bool, [c_void_p]),
     "llama_vocab_get_text": (c_char_p, [c_void_p, llama_token]),
     # returns the number of tokens, or minus the number needed when n_tokens_max is too small
     "llama_tokenize": (c_int32, [c_void_p, c_char_p, c_int32, POINTER(llama_token), c_int32,

@@ -28,6 +28,7 @@ class Vocab:
         self.bos = lib.llama_vocab_bos(ptr)
         self.eos = lib.llama_vocab_eos(ptr)
         self.add_bos = bool(lib.llama_vocab_get_add_bos(ptr))
+        self.add_eos = bool(lib.llama_vocab_get_add_eos(ptr))
         # End-of-generation ids, looked up once so the decode loop tests set membership.
         self.eog = frozenset(t for t in range(self.n_tokens) if lib.llama_vocab_is_eog(ptr, t))
         self._pieces = {}

@@ -2,7 +2,7 @@
 
 Nothing here generates text itself: the model is a :class:`~geniex.engine.session.Session`
 held by the :class:`~geniex.server.cache.ModelCache`, prompts are built by
-:class:`~geniex.engine.chat.ChatTemplate`, and tokens come from ``Session.generate``
+the model's :class:`~geniex.engine.chat.ChatTemplate`, and tokens come from ``Session.generate``
 (the same loop ``geniex infer`` runs).
 """
 import logging
@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from geniex import profile
-from geniex.engine.chat import ChatTemplate
+from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, open_session
@@ -117,7 +117,9 @@ class Answerer:
             session = lease.session
             if not keep_cache:
                 session.reset()
-            tokens = session.tokenize_prompt(ChatTemplate(session.model).render(messages))
+            prompt = template_for(session.model).render(messages, tools=body.get("tools"),
+                                                        extra=body.get("chat_template_kwargs"))
+            tokens = session.tokenize_prompt(prompt)
             opts = self._gen_options(body, _get(body, "max_completion_tokens",
                                                 _get(body, "max_tokens", CHAT_MAX_TOKENS)))
             generation = session.generate(tokens, opts, cancel=cancel)
@@ -221,7 +223,8 @@ def _start(lease, generation, model, warnings, field):
 
 
 def chat_messages(messages, target, speculative):
-    """Request messages -> ``{"role", "content"}`` text messages for the template, and
+    """Request messages -> messages for the template (text ``content``; ``name``,
+    ``tool_calls`` and ``tool_call_id`` kept, as llama.cpp's server keeps them), and
     warnings about content that was dropped (we only run the text path)."""
     out, dropped = [], 0
     for m in messages:
@@ -231,7 +234,12 @@ def chat_messages(messages, target, speculative):
             dropped += len(content) - len(texts)
             content = "\n".join(texts)
         role = "system" if m["role"] == "developer" else m["role"]
-        out.append({"role": role, "content": content or ""})
+        # A missing or null content is an empty string, as llama.cpp's server gives it.
+        msg = {"role": role, "content": content or ""}
+        for key in ("name", "tool_calls", "tool_call_id"):
+            if m.get(key) is not None:
+                msg[key] = m[key]
+        out.append(msg)
     warnings = []
     if dropped:
         if target.type == "vlm" and speculative:
