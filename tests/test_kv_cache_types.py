@@ -75,11 +75,14 @@ def _first_row_logits(ctx, batch, prompt, rows):
 
 
 def _one_vs_batches(model, type_kv, prompt, n_threads=2):
-    ctx = Context(model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=n_threads,
-                  n_threads_batch=n_threads, type_k=type_kv, type_v=type_kv)
+    # The prompt is decoded on 1 thread (2-thread batches crawl on a busy machine); only
+    # the compared rows run on ``n_threads``: they all read the same cache contents.
+    ctx = Context(model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=1,
+                  n_threads_batch=1, type_k=type_kv, type_v=type_kv)
     batch = Batch(512)
     for i in range(0, len(prompt), 512):
         ctx.decode(batch.fill(prompt[i:i + 512], i))
+    ctx.set_threads(n_threads, n_threads)
     nxt = prompt[:5]
     one = _first_row_logits(ctx, batch, prompt, nxt[:1])
     two = _first_row_logits(ctx, batch, prompt, nxt[:2])
@@ -99,11 +102,15 @@ def demo_q4_0(demo_model, tmp_path_factory):
 def demo_and_prompt(request, demo_model):
     model = Model(demo_model if request.param == "Q4_1" else request.getfixturevalue("demo_q4_0"))
     assert model.describe().endswith(request.param)
+    return model, _prompt(model)
+
+
+def _prompt(model):
     text = ("The library turns a model file into text one token at a time, and every token "
             "it writes is read back before the next one is chosen. ")
     tokens = model.vocab.tokenize(text * 40, add_special=True)[:POS]
     assert len(tokens) == POS
-    return model, tokens
+    return tokens
 
 
 def test_q8_0_cache_one_row_decode_equals_batch_rows_on_two_threads(demo_and_prompt):
@@ -112,22 +119,24 @@ def test_q8_0_cache_one_row_decode_equals_batch_rows_on_two_threads(demo_and_pro
     assert np.array_equal(one, two) and np.array_equal(two, five)
 
 
-def test_f16_cache_one_row_decode_differs_on_two_threads_past_512_cells(demo_and_prompt):
+def test_f16_cache_one_row_decode_differs_on_two_threads_past_512_cells(demo_model):
     # The documented cause: ggml-cpu's split-KV flash attention for a single query row
     # with F16 K/V and >= 512 KV cells. Multi-row batches still agree with each other.
-    model, prompt = demo_and_prompt
+    model = Model(demo_model)
+    prompt = _prompt(model)
     one, two, five = _one_vs_batches(model, "f16", prompt)
     assert np.array_equal(two, five)
     assert not np.array_equal(one, two)
     assert np.abs(one - two).max() < 2.0        # a different summation order, not garbage
 
 
-def test_thread_counts_can_change_between_decodes(demo_and_prompt):
+def test_thread_counts_can_change_between_decodes(demo_model):
     # llama_set_n_threads: what a loop uses to run one-row decodes and batches on
     # different thread counts (e.g. under a busy neighbour) without a new context.
-    model, prompt = demo_and_prompt
-    ctx = Context(model, n_ctx=256, n_threads=2, n_threads_batch=2, type_k="q8_0", type_v="q8_0")
-    assert ctx.threads == (2, 2)
+    model = Model(demo_model)
+    prompt = _prompt(model)
+    ctx = Context(model, n_ctx=256, n_threads=1, n_threads_batch=1, type_k="q8_0", type_v="q8_0")
+    assert ctx.threads == (1, 1)
     batch = Batch(64)
     ctx.decode(batch.fill(prompt[:40], 0))
     ctx.set_threads(1, 2)

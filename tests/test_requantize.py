@@ -31,7 +31,7 @@ def test_copy_is_q4_0_by_file_type_and_tensor_types(demo_model, demo_q4_0):
 def test_copy_loads_and_answers(demo_q4_0):
     model = Model(demo_q4_0)
     assert model.describe().endswith("Q4_0")      # llama.cpp's own reading of the file type
-    ctx = Context(model, n_ctx=256, n_threads=2, n_threads_batch=2)
+    ctx = Context(model, n_ctx=256, n_threads=1, n_threads_batch=1)
     batch = Batch(64)
     prompt = model.vocab.tokenize("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
                                   "<|im_start|>assistant\n", add_special=True)
