@@ -22,6 +22,14 @@ def demo_model():
 
 
 @pytest.fixture(scope="session")
+def demo_q4_0(demo_model, tmp_path_factory):
+    """A Q4_0 copy of the demo model (the format of the tutorial's QAT Gemma-4; this CPU
+    repacks Q4_0 weights, another matmul path), made once per run by tools/requantize.py."""
+    import requantize
+    return requantize.requantize(demo_model, tmp_path_factory.mktemp("q4_0") / "demo.Q4_0.gguf")
+
+
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """Tiny gemma4 target/assistant pairs and mismatched variants, made once per run.
 

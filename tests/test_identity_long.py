@@ -83,3 +83,21 @@ def test_every_method_is_plain_decoding_past_long_positions(spec_session, prompt
     assert gen.tokens == want, f"differs from plain at answer token {first} (position {len(prompts[pname]) + (first or 0)})"
     if spec_session.drafter.name != "draft-simple" and sname == "greedy":
         assert gen.stats.drafted > 0, "the method never drafted: the test would prove nothing"
+
+
+@pytest.mark.parametrize("sname", SAMPLINGS)
+def test_q4_0_weights_past_1024(demo_q4_0, sname):
+    """The tutorial's weight format (Q4_0, repacked on this CPU) at the defaults."""
+    plain = Session(demo_q4_0, LoadOptions(nctx=2048))
+    spec = Session(demo_q4_0, LoadOptions(nctx=2048, spec=SpecOptions(types=("ngram-mod",))))
+    try:
+        tokens = long_prompt(plain, 1000)
+        out = []
+        for s in (plain, spec):
+            gen = s.generate(tokens, GenOptions(max_tokens=ANSWER, sampling=SAMPLINGS[sname]))
+            gen.run()
+            out.append(gen.tokens)
+        assert out[0] == out[1] and len(tokens) + len(out[0]) > 1024
+    finally:
+        spec.close()
+        plain.close()

@@ -91,13 +91,6 @@ def _one_vs_batches(model, type_kv, prompt, n_threads=2):
     return one, two, five
 
 
-@pytest.fixture(scope="module")
-def demo_q4_0(demo_model, tmp_path_factory):
-    """A Q4_0 copy of the demo model (Q4_0 weights are repacked on this CPU: another matmul)."""
-    import requantize
-    return requantize.requantize(demo_model, tmp_path_factory.mktemp("q4_0") / "demo.Q4_0.gguf")
-
-
 @pytest.fixture(scope="module", params=["Q4_1", "Q4_0"])
 def demo_and_prompt(request, demo_model):
     model = Model(demo_model if request.param == "Q4_1" else request.getfixturevalue("demo_q4_0"))

@@ -8,12 +8,6 @@ from geniex.llama.gguf_file import read_header
 from geniex.llama.objects import Batch, Context, Model
 
 
-@pytest.fixture(scope="module")
-def demo_q4_0(demo_model, tmp_path_factory):
-    import requantize
-    return requantize.requantize(demo_model, tmp_path_factory.mktemp("q4_0") / "demo.Q4_0.gguf")
-
-
 def test_copy_is_q4_0_by_file_type_and_tensor_types(demo_model, demo_q4_0):
     src, dst = read_header(demo_model), read_header(demo_q4_0)
     assert src.metadata["general.file_type"] == LlamaFileType.MOSTLY_Q4_1
