@@ -90,6 +90,10 @@ class Sessions:
         self.open = {}
 
     def get(self, target, draft=None, nctx=512, **spec):
+        # Fixed draft lengths: these tests exercise the verify and rejection paths, which
+        # the draft policy would stop visiting for the random pair (it drafts nothing when
+        # drafts never pay). The policy's own tests: tests/speculative/test_policy.py.
+        spec.setdefault("policy", "fixed")
         key = (str(target), str(draft), nctx, tuple(sorted(spec.items())))
         s = self.open.get(key)
         if s is None:

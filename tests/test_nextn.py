@@ -35,7 +35,8 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def spec(models):
-    s = Session(models["nextn"], LoadOptions(nctx=512, spec=SpecOptions(types=("draft-mtp",), n_max=3)))
+    s = Session(models["nextn"], LoadOptions(nctx=512, spec=SpecOptions(types=("draft-mtp",), n_max=3,
+                                                                         policy="fixed")))
     yield s
     s.close()
 
