@@ -53,7 +53,7 @@ def _safe_console():
 def build_parser():
     """The full argparse tree (global flags plus every verb)."""
     parser = _Parser(prog="geniex", description="Run local LLMs with speculative decoding.")
-    parser.add_argument("--data-dir", help="store root (env GENIEX_DATADIR, default ~/.cache/geniex)")
+    parser.add_argument("--data-dir", help="store root (env GENIEX_DATADIR; default ~/.cache/geniex on Linux, ~/Library/Caches/geniex on macOS, %%LOCALAPPDATA%%\\geniex on Windows)")
     parser.add_argument("--log", metavar="LEVEL", help="none|error|warn|info|debug|trace (env GENIEX_LOG); shows llama.cpp's own log too")
     parser.add_argument("--verbose", "-v", action="store_true", help="more detail (profiling block, device choice)")
     parser.add_argument("--version", action="store_true", help="print the version and the loaded llama.cpp library")

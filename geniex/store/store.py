@@ -99,15 +99,18 @@ class Store:
             return self._resolve_demo(parsed)
         folder = self._folder(parsed)
         if local_path is not None:
-            precision = register_local(folder, parsed, local_path, model_type, out, interactive)
+            precision, present = register_local(folder, parsed, local_path, model_type, out, interactive)
         else:
             held = self._held(parsed) if parsed.precision and model_type is None else None
             if held:
                 print(f"{held.name} is already in the store", file=out)
+                held.already_present = True
                 return held
             hub = self._hub or Hub()
-            precision = pull_from_hub(hub, folder, parsed, model_type, out, interactive)
-        return self._resolve_stored(parsed.with_precision(precision))
+            precision, present = pull_from_hub(hub, folder, parsed, model_type, out, interactive), False
+        model = self._resolve_stored(parsed.with_precision(precision))
+        model.already_present = present
+        return model
 
     def remove(self, name):
         """Remove one precision (``org/repo:P``) or a whole model; returns removed paths."""
