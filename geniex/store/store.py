@@ -134,6 +134,12 @@ class Store:
                     _prune_empty(folder.parent, stop_at=self.models_dir)
         except Busy:
             raise StoreError(f"a pull of {parsed.repo_id} is running; remove it once that finishes") from None
+        except PermissionError as e:
+            # Windows will not delete a file another process has open (POSIX will): a
+            # model that `geniex serve` or `run` has loaded cannot be removed there.
+            raise StoreError(f"{name} is no longer listed, but {e.filename} could not be deleted: another "
+                             f"process has it open (on Windows, a model being served or run cannot be "
+                             f"removed); stop that process, then run `geniex clean`") from None
         return removed
 
     def removal_preview(self, name):
