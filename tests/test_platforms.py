@@ -119,11 +119,16 @@ def test_library_folder_via_env_loads_every_file_and_reports_them(release_folder
     assert "libggml-base.so" in text and "no NPU (Hexagon HTP*) device" in text
 
 
-def test_infer_with_a_library_folder(release_folder):
-    proc = _run(["-m", "geniex", "infer", "-p", "Say hello.", "-n", "6", "--seed", "1"],
-                env={"GENIEX_LLAMA_LIB": str(release_folder)})
+def test_infer_and_serve_with_a_library_folder(release_folder, tmp_path):
+    from serverproc import Server, chat_body
+    env = {"GENIEX_LLAMA_LIB": str(release_folder)}
+    proc = _run(["-m", "geniex", "infer", "-p", "Say hello.", "--max-tokens", "6", "--seed", "1"], env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
+    with Server(tmp_path / "data", env=env) as server:
+        r = server.chat(chat_body("Say hello.", max_tokens=4))
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] >= 1
 
 
 # -- the first run with no library at all ------------------------------------------------
