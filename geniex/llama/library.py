@@ -234,6 +234,12 @@ def _open(path, folder_build):
         # Python 3.8+ no longer searches PATH or the current folder for a DLL's own
         # imports: name the build's folder so llama.dll finds ggml.dll beside it.
         _dll_dirs.append(os.add_dll_directory(str(path.parent)))
+        # ggml loads its backends (ggml-cpu-*.dll, ggml-hexagon.dll) with a plain
+        # LoadLibraryW, whose search ignores add_dll_directory but reads PATH: without
+        # this, their own imports beside them (libomp140.*.dll, ...) would not be found.
+        folder = str(path.parent)
+        if folder not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
     files = []
     # Dependencies first (ggml-base, ggml, then llama), so each finds the others loaded.
     for p in reversed(paths):
