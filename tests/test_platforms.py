@@ -119,45 +119,6 @@ def test_windows_loading_order_and_dll_search(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def release_folder(tmp_path_factory):
-    """A folder laid out like an unpacked Linux release (libllama.so, libggml.so,
-    libggml-base.so), each name a symlink to the wheel's one library. Symlinks, not
-    copies: the dynamic loader maps one file once, whereas three copies would put three
-    sets of ggml's global state in one process and corrupt its heap at exit (tried)."""
-    folder = tmp_path_factory.mktemp("llama-b11549-bin-ubuntu-x64")
-    for name in ("libllama.so", "libggml.so", "libggml-base.so"):
-        (folder / name).symlink_to(_wheel_so())
-    return folder
-
-
-def test_library_folder_via_env_loads_every_file_and_reports_them(release_folder):
-    proc = _run(["-m", "geniex", "devices", "--format", "json"], env={"GENIEX_LLAMA_LIB": str(release_folder)})
-    assert proc.returncode == 0, proc.stderr
-    rep = json.loads(proc.stdout)
-    assert rep["found_via"] == "GENIEX_LLAMA_LIB"
-    assert [Path(f["path"]).name for f in rep["files"]] == ["libllama.so", "libggml.so", "libggml-base.so"]
-    assert rep["files"][0]["functions"] == len(api.FUNCTIONS) + sum(
-        1 for n in [*api.OPTIONAL_FUNCTIONS, *api.MANGLED_FUNCTIONS] if n not in rep["missing_optional"])
-    assert any(d["kind"] == "cpu" and d["backend"] == "CPU" for d in rep["devices"])
-    text = _run(["-m", "geniex", "devices"], env={"GENIEX_LLAMA_LIB": str(release_folder)}).stdout
-    assert "libggml-base.so" in text and "no NPU (Hexagon HTP*) device" in text
-
-
-def test_infer_and_serve_with_a_library_folder(release_folder, tmp_path):
-    from serverproc import Server, chat_body
-    env = {"GENIEX_LLAMA_LIB": str(release_folder)}
-    proc = _run(["-m", "geniex", "infer", "-p", "Say hello.", "--max-tokens", "6", "--seed", "1"], env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() and "Traceback" not in proc.stderr
-    with Server(tmp_path / "data", env=env) as server:
-        r = server.chat(chat_body("Say hello.", max_tokens=4))
-        assert r.status_code == 200, r.text
-        assert r.json()["usage"]["completion_tokens"] >= 1
-
-
-# -- the first run with no library at all ------------------------------------------------
-
-@pytest.fixture(scope="module")
 def site_without_wheel(tmp_path_factory):
     """A copy of this environment's site-packages *as links*, minus xllamacpp: with
     ``python -S`` and this on PYTHONPATH, Python sees every package but the wheel,
@@ -171,6 +132,59 @@ def site_without_wheel(tmp_path_factory):
             (view / entry.name).symlink_to(entry)
     return view
 
+
+@pytest.fixture(scope="module")
+def release_folder(tmp_path_factory):
+    """A folder laid out like an unpacked Linux release (libllama.so, libggml.so,
+    libggml-base.so), each name a symlink to the wheel's one library. Symlinks, not
+    copies: the dynamic loader maps one file once, whereas three copies would put three
+    sets of ggml's global state in one process and corrupt its heap at exit (tried)."""
+    folder = tmp_path_factory.mktemp("llama-b11549-bin-ubuntu-x64")
+    for name in ("libllama.so", "libggml.so", "libggml-base.so"):
+        (folder / name).symlink_to(_wheel_so())
+    return folder
+
+
+@pytest.fixture
+def no_wheel(site_without_wheel, release_folder, tmp_path):
+    """Environment of a machine without the bundled library whose user set
+    GENIEX_LLAMA_LIB to a release folder (run Python with ``-S``)."""
+    return {"PYTHONPATH": os.pathsep.join([str(ROOT), str(site_without_wheel)]),
+            "GENIEX_LIB_DIR": str(tmp_path / "empty-lib"), "GENIEX_DATADIR": str(tmp_path / "data"),
+            "GENIEX_LLAMA_LIB": str(release_folder)}
+
+
+def test_library_folder_via_env_loads_every_file_and_reports_them(no_wheel):
+    proc = _run(["-m", "geniex", "devices", "--format", "json"], env=no_wheel, python_flags=["-S"])
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["found_via"] == "GENIEX_LLAMA_LIB"
+    assert [Path(f["path"]).name for f in rep["files"]] == ["libllama.so", "libggml.so", "libggml-base.so"]
+    assert rep["files"][0]["functions"] == len(api.FUNCTIONS) + sum(
+        1 for n in [*api.OPTIONAL_FUNCTIONS, *api.MANGLED_FUNCTIONS] if n not in rep["missing_optional"])
+    assert any(d["kind"] == "cpu" and d["backend"] == "CPU" for d in rep["devices"])
+    text = _run(["-m", "geniex", "devices"], env=no_wheel, python_flags=["-S"]).stdout
+    assert "libggml-base.so" in text and "no NPU (Hexagon HTP*) device" in text
+
+
+def test_infer_and_serve_with_a_library_folder_and_no_wheel(no_wheel, tmp_path, monkeypatch):
+    from serverproc import Server, chat_body
+    proc = _run(["-m", "geniex", "infer", "-p", "Say hello.", "--max-tokens", "6", "--seed", "1"],
+                env=no_wheel, python_flags=["-S"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and "Traceback" not in proc.stderr
+    # serverproc starts sys.executable: make that "python -S" for this test.
+    wrapper = tmp_path / "python-S"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n', encoding="utf-8")
+    wrapper.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(wrapper))
+    with Server(tmp_path / "data", env=no_wheel) as server:
+        r = server.chat(chat_body("Say hello.", max_tokens=4))
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] >= 1
+
+
+# -- the first run with no library at all ------------------------------------------------
 
 @pytest.mark.parametrize("verb", [["infer", "-p", "hi"], ["devices"], ["serve", "--host", "127.0.0.1:0"]])
 def test_first_run_without_any_library_says_what_to_get(site_without_wheel, tmp_path, verb):
@@ -378,3 +392,24 @@ def test_remove_says_why_when_a_file_cannot_be_deleted(cli, demo_model, tmp_path
         subprocess.run(["chattr", "-i", str(stored)])
     assert cli("clean").returncode == 0
     assert not stored.exists()
+
+
+# -- install markers ---------------------------------------------------------------------
+
+def test_setup_cfg_markers_give_the_bundled_library_only_where_its_wheel_has_the_c_api():
+    """Offline half of tools/check_platforms.py (CI runs the whole resolver): the
+    ``xllamacpp`` requirement's marker, evaluated for each target's environment."""
+    import configparser
+    from packaging.requirements import Requirement
+    import check_platforms
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg", encoding="utf-8")
+    reqs = [Requirement(line) for line in cfg["options"]["install_requires"].splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+    (lib,) = [r for r in reqs if r.name == "xllamacpp"]
+    assert str(lib.specifier) == "==2026.10.11549"
+    got = {p: lib.marker.evaluate(check_platforms.marker_env(p, "3.12")) for p in check_platforms.PLATFORMS}
+    assert got == {p: want for p, (_, _, want) in check_platforms.PLATFORMS.items()}
+    assert got == {"win_arm64": False, "win_amd64": False, "macos_arm64": True,
+                   "linux_x86_64": True, "linux_aarch64": True}
+    assert any(r.name == "filelock" for r in reqs)
