@@ -413,3 +413,19 @@ def test_setup_cfg_markers_give_the_bundled_library_only_where_its_wheel_has_the
     assert got == {"win_arm64": False, "win_amd64": False, "macos_arm64": True,
                    "linux_x86_64": True, "linux_aarch64": True}
     assert any(r.name == "filelock" for r in reqs)
+
+
+def test_hub_repull_without_precision_says_already_present(cli, tmp_path):
+    """Two pulls from the fake hub (tests/fakehub.py) with no precision given, so the
+    store cannot short-cut by name: the second fetches no file and says so."""
+    from fakehub import FakeHub, make_gguf
+    with FakeHub() as hub:
+        hub.add_repo("org/Tiny-GGUF", {"tiny-Q8_0.gguf": make_gguf("tiny", "Q8_0", seed=1)})
+        env = {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "GENIEX_HFTOKEN": "", "HF_TOKEN": ""}
+        first = cli("pull", "org/Tiny-GGUF", env=env)
+        assert first.returncode == 0 and first.stdout.startswith("Pulled org/Tiny-GGUF:Q8_0"), first.stderr
+        fetched = len(hub.cdn_gets("org/Tiny-GGUF", "tiny-Q8_0.gguf"))
+        assert fetched >= 1
+        again = cli("pull", "org/Tiny-GGUF", env=env)
+        assert again.returncode == 0 and again.stdout.startswith("org/Tiny-GGUF:Q8_0 is already present"), again.stdout
+        assert len(hub.cdn_gets("org/Tiny-GGUF", "tiny-Q8_0.gguf")) == fetched

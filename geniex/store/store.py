@@ -107,7 +107,9 @@ class Store:
                 held.already_present = True
                 return held
             hub = self._hub or Hub()
-            precision, present = pull_from_hub(hub, folder, parsed, model_type, out, interactive), False
+            before = _stored_files(folder)
+            precision = pull_from_hub(hub, folder, parsed, model_type, out, interactive)
+            present = _unchanged(before, folder, precision)
         model = self._resolve_stored(parsed.with_precision(precision))
         model.already_present = present
         return model
@@ -299,6 +301,42 @@ def _as_path(text):
     if expanded.lower().endswith(".gguf") and os.path.isfile(expanded):
         return Path(expanded)
     return None
+
+
+def _stored_files(folder):
+    """``{relpath: (manifest record, size, mtime_ns, inode)}`` of the files the manifest
+    lists and the disk holds: taken before a pull, to tell afterwards whether it changed
+    anything."""
+    try:
+        manifest = Manifest.load(folder) if folder.is_dir() else None
+    except StoreError:
+        return {}
+    if manifest is None:
+        return {}
+    out = {rel: _stored_files_one(folder, manifest, rel) for rel in manifest.data["files"]}
+    return {rel: state for rel, state in out.items() if state is not None}
+
+
+def _unchanged(before, folder, precision):
+    """True if every file of ``precision`` was already stored, untouched, before the pull."""
+    manifest = Manifest.load(folder)
+    group = manifest.group(precision) if manifest else None
+    if group is None:
+        return False
+    for rel in group.all_files:
+        now = _stored_files_one(folder, manifest, rel)
+        if now is None or before.get(rel) != now:
+            return False
+    return True
+
+
+def _stored_files_one(folder, manifest, rel):
+    record = manifest.file_record(rel)
+    try:
+        st = inside(folder, rel).stat()
+    except (OSError, StoreError):
+        return None
+    return (dict(record), st.st_size, st.st_mtime_ns, st.st_ino) if record else None
 
 
 def _delete(path, stop_at):
