@@ -57,7 +57,13 @@ def fetch(hub, repo_id, remote, dest, out=sys.stderr, retries=RETRIES):
             discard(lock)
             return False
         _download(hub, repo_id, remote, partial_path(dest), out, retries)
-        os.replace(partial_path(dest), dest)
+        try:
+            os.replace(partial_path(dest), dest)
+        except PermissionError:
+            # Windows: the old file is open in another process (a model being served);
+            # the verified partial stays, so the next pull just moves it into place.
+            raise DownloadError(f"cannot replace {dest}: another process has it open (on Windows, a model "
+                                f"being served or run cannot be replaced); stop that process and pull again") from None
         discard(lock)
     return True
 

@@ -24,7 +24,8 @@ from geniex.store.names import precision_of
 from geniex.store.picker import choose_precision
 
 # Link failures that mean "this filesystem cannot hard-link here": copy instead.
-_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
+# (EINVAL: Windows reports a filesystem without hard links, such as FAT, that way.)
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES, errno.EINVAL}
 
 
 def register_local(folder, name, source, model_type=None, out=None, interactive=None):
@@ -141,7 +142,12 @@ def _place(src, dest, out):
             raise StoreError(f"cannot link {src} into the store: {e.strerror}") from None
         _copy(src, tmp, out)
         way = "copied"
-    os.replace(tmp, dest)
+    try:
+        os.replace(tmp, dest)
+    except PermissionError:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot replace {dest}: another process has it open (on Windows, a model "
+                         f"being served or run cannot be replaced); stop that process and pull again") from None
     return way
 
 
