@@ -388,6 +388,9 @@ def test_remove_says_why_when_a_file_cannot_be_deleted(cli, demo_model, tmp_path
         proc = cli("remove", "org/y:Q4_1", input="y\n")
         assert proc.returncode == 1
         assert "could not be deleted: another process has it open" in proc.stderr and "geniex clean" in proc.stderr
+        # Still held: clean says so and carries on instead of failing.
+        busy = cli("clean")
+        assert busy.returncode == 0 and "another process has it open" in busy.stderr
     finally:
         subprocess.run(["chattr", "-i", str(stored)])
     assert cli("clean").returncode == 0

@@ -13,7 +13,6 @@ means its one precision, or the preferred one of several.
 """
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from geniex.store import classify, demo, resolved
 from geniex.store.errors import StoreError
 from geniex.store.hub import Hub
 from geniex.store.local import register_local
-from geniex.store.locking import Busy, file_lock
+from geniex.store.locking import Busy, discard, file_lock
 from geniex.store.manifest import LOCKS, MANIFEST, MANIFEST_LOCK, PULL_LOCK, Manifest, editing, inside
 from geniex.store.names import ModelName, parse_name
 from geniex.store.pulling import pull_from_hub
@@ -132,8 +131,10 @@ class Store:
                     removed += _delete(inside(folder, rel), stop_at=folder)
                 if Manifest.load(folder) is None:
                     removed.append(folder)
-                    shutil.rmtree(folder, ignore_errors=True)
-                    _prune_empty(folder.parent, stop_at=self.models_dir)
+                    _remove_tree(folder)
+            if folder in removed:
+                _remove_lock_files(folder)   # Windows: only now that we no longer hold them
+                _prune_empty(folder, stop_at=self.models_dir)
         except Busy:
             raise StoreError(f"a pull of {parsed.repo_id} is running; remove it once that finishes") from None
         except PermissionError as e:
@@ -163,11 +164,19 @@ class Store:
         for folder in self._model_folders():
             try:
                 with file_lock(folder / PULL_LOCK, blocking=False), file_lock(folder / MANIFEST_LOCK):
-                    removed += self._clean_folder(folder, dry_run)
+                    doomed = self._clean_folder(folder, dry_run)
+                removed += doomed
+                if folder in doomed and not dry_run:
+                    _remove_lock_files(folder)   # Windows: only now that we no longer hold them
+                    _prune_empty(folder, stop_at=self.models_dir)
             except Busy:
                 log.warning("skipping %s: a pull is running there", folder)
             except StoreError as e:
                 log.warning("skipping %s: %s", folder, e)
+            except PermissionError as e:
+                # Windows: a file another process has open (a model still being served).
+                log.warning("could not delete %s: another process has it open; run `geniex clean` "
+                            "again once it has stopped", e.filename)
         if not dry_run:
             for org in self._subdirs(self.models_dir):
                 _prune_empty(org, stop_at=self.models_dir)
@@ -235,7 +244,7 @@ class Store:
         if not dry_run:
             for path in doomed:
                 if path == folder:
-                    shutil.rmtree(folder, ignore_errors=True)
+                    _remove_tree(folder)
                 else:
                     _delete(path, stop_at=folder)
         return doomed
@@ -337,6 +346,24 @@ def _stored_files_one(folder, manifest, rel):
     except (OSError, StoreError):
         return None
     return (dict(record), st.st_size, st.st_mtime_ns, st.st_ino) if record else None
+
+
+def _remove_tree(folder):
+    """Delete ``folder`` and everything in it. A file another process holds open
+    (Windows refuses to delete those) raises PermissionError, except our own lock files
+    at the top, which we hold while doing this: they go in :func:`_remove_lock_files`."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        elif path.parent == folder and path.name in LOCKS:
+            discard(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _remove_lock_files(folder):
+    for name in LOCKS:
+        discard(folder / name)
 
 
 def _delete(path, stop_at):
