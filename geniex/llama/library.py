@@ -247,7 +247,13 @@ def _open(path, folder_build):
             # RTLD_GLOBAL: backends loaded later resolve ggml symbols through these.
             handle = ctypes.CDLL(str(p), mode=getattr(ctypes, "RTLD_GLOBAL", 0))
         except OSError as e:
-            raise LibraryError(f"cannot load the llama.cpp library at {p}: {e}") from None
+            hint = ""
+            if "libgomp" in str(e):
+                hint = " (it needs the OpenMP runtime: on Debian/Ubuntu, apt-get install libgomp1)"
+            elif sys.platform == "win32":
+                hint = (" (keep every file of the release archive together in that folder; the CPU build "
+                        "also needs the Microsoft Visual C++ runtime)")
+            raise LibraryError(f"cannot load the llama.cpp library at {p}: {e}{hint}") from None
         files.insert(0, LoadedFile(p, handle))
     return files
 
