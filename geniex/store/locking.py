@@ -13,9 +13,15 @@ another process holds open, so there the question does not arise; :func:`discard
 removes a lock file when nobody holds it and leaves it in place otherwise.
 """
 import os
+import warnings
 from contextlib import contextmanager
 
-import filelock
+with warnings.catch_warnings():
+    # Where fcntl is missing but the platform is not Windows, filelock warns that only
+    # its "soft" lock is available; ReadWriteLock (SQLite) is all we use, and it needs
+    # neither fcntl nor msvcrt, so the warning would only mislead.
+    warnings.simplefilter("ignore", UserWarning)
+    import filelock
 
 
 class Busy(Exception):
