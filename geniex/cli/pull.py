@@ -27,7 +27,7 @@ def run(args):
     except KeyboardInterrupt:
         print(f"\ninterrupted; run `geniex pull {args.name}` again to resume", file=sys.stderr)
         return 130
-    print(f"Pulled {model.name}")
+    print(f"{model.name} is already present" if getattr(model, "already_present", False) else f"Pulled {model.name}")
     for label, value in (("type", model.type), ("runtime", model.runtime), ("size", human_size(model.size)),
                          ("location", model.location), ("precision", model.precision)):
         print(f"  {label + ':':<10} {value}")

@@ -49,6 +49,10 @@ def run(args):
     from geniex.server.serving import serve
     if args.nctx < 1:
         raise UsageError(f"--nctx must be a positive number of tokens (got {args.nctx})")
+    # Load the llama.cpp library now: without one, say what to get before listening,
+    # rather than answering every request with the same error.
+    from geniex.llama import library
+    library.load()
     config = ServerConfig(data_dir=args.data_dir, keepalive=_keepalive(args.keepalive),
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),

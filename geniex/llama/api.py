@@ -216,7 +216,15 @@ FUNCTIONS = {
 # Functions a library may lack (a Snapdragon build of another version, a trimmed build):
 # their absence is a missing capability, reported when asked for, not a load failure.
 OPTIONAL_FUNCTIONS = {
-    "ggml_backend_load_all": (None, []),   # dynamic backends (ggml-hexagon.so, ...) next to the library
+    "ggml_backend_load_all": (None, []),   # dynamic backends (ggml-hexagon.so, ...) next to the executable
+    # the same, from a given folder (UTF-8 path): where a release archive was unpacked
+    "ggml_backend_load_all_from_path": (None, [c_char_p]),
+    # the backend registry, for the devices report: which backends provide which devices
+    "ggml_backend_reg_count": (c_size_t, []),
+    "ggml_backend_reg_get": (c_void_p, [c_size_t]),
+    "ggml_backend_reg_name": (c_char_p, [c_void_p]),
+    "ggml_backend_reg_dev_count": (c_size_t, [c_void_p]),
+    "ggml_backend_dev_backend_reg": (c_void_p, [c_void_p]),   # the registry a device belongs to
 }
 
 # The MTP hidden-state staging API is declared only in llama.cpp's private

@@ -114,3 +114,75 @@ def chosen_names(compute, lib=None, setting="compute"):
     from geniex.llama import library
     chosen, _ = select(compute, available(lib or library.load()), setting)
     return tuple(d.name for d in chosen) or ("CPU",)
+
+
+TYPE_NAMES = {api.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", api.GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
+              api.GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu", api.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel"}
+
+
+def report(lib):
+    """What the loaded library is made of, as a dict (for ``geniex devices``):
+
+    ``files``: each opened file and how many declared functions were bound from it;
+    ``backends``: each registered ggml backend and its device count; ``devices``: each
+    device with its backend and kind (``npu`` for Hexagon ``HTP*``); ``backend_files``:
+    backend libraries present beside a folder build (``ggml-hexagon.dll`` ...), which
+    ggml loads when their hardware and drivers are usable.
+    """
+    from geniex.llama import library
+    out = {
+        "library": str(lib.path),
+        "found_via": lib.source,
+        "build": f"b{library.EXPECTED_BUILD}",
+        "files": [{"path": str(f.path), "functions": len(f.functions)} for f in lib.files],
+        "backends": [],
+        "devices": [],
+        "backend_files": [],
+        "missing_optional": sorted(lib._missing.values()),
+    }
+    registry = lib.has("ggml_backend_reg_count") and lib.has("ggml_backend_reg_get") and lib.has("ggml_backend_reg_name")
+    if registry:
+        for i in range(lib.ggml_backend_reg_count()):
+            reg = lib.ggml_backend_reg_get(i)
+            count = lib.ggml_backend_reg_dev_count(reg) if lib.has("ggml_backend_reg_dev_count") else None
+            out["backends"].append({"name": _text(lib.ggml_backend_reg_name(reg)), "devices": count})
+    for d in available(lib):
+        backend = None
+        if registry and lib.has("ggml_backend_dev_backend_reg"):
+            reg = lib.ggml_backend_dev_backend_reg(d.handle)
+            backend = _text(lib.ggml_backend_reg_name(reg)) if reg else None
+        kind = "npu" if d.is_npu else TYPE_NAMES.get(d.type, str(d.type))
+        out["devices"].append({"name": d.name, "description": d.description, "kind": kind, "backend": backend})
+    if lib.source != library.WHEEL_SOURCE:
+        mine = {f.path.name for f in lib.files}
+        for pattern in library.file_names("ggml-*"):
+            for p in sorted(lib.path.parent.glob(pattern)):
+                if p.name not in mine and p.name not in out["backend_files"]:
+                    out["backend_files"].append(p.name)
+    return out
+
+
+def _text(raw):
+    return (raw or b"").decode("utf-8", "replace")
+
+
+def format_report(rep):
+    """``report()`` as the lines ``geniex devices`` prints."""
+    lines = [f"llama.cpp library: {rep['library']} (build {rep['build']}, found via {rep['found_via']})",
+             "files loaded:"]
+    lines += [f"  {f['path']}  ({f['functions']} functions bound from it)" for f in rep["files"]]
+    if rep["backend_files"]:
+        lines.append("backend files beside it: " + ", ".join(rep["backend_files"]))
+    if rep["backends"]:
+        lines.append("backends: " + ", ".join(
+            b["name"] + (f" ({b['devices']} device{'s' if b['devices'] != 1 else ''})" if b["devices"] is not None else "")
+            for b in rep["backends"]))
+    lines.append("devices:")
+    for d in rep["devices"]:
+        via = f", backend {d['backend']}" if d["backend"] else ""
+        lines.append(f"  {d['name']:<12} {d['kind']:<5} {d['description']}{via}")
+    if not rep["devices"]:
+        lines.append("  (none)")
+    if not any(d["kind"] == "npu" for d in rep["devices"]):
+        lines.append("no NPU (Hexagon HTP*) device: --compute npu is unavailable with this library")
+    return lines

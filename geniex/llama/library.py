@@ -1,10 +1,19 @@
 """Find, load and check the prebuilt llama.cpp shared library.
 
 Search order (the first that exists wins):
-1. the file named by ``GENIEX_LLAMA_LIB``;
+1. ``GENIEX_LLAMA_LIB``: the llama library file, or the folder of an unpacked llama.cpp
+   release (``llama.dll`` / ``libllama.so`` / ``libllama.dylib`` and its ggml siblings);
 2. ``lib/`` at the top of the project checkout (or ``$GENIEX_LIB_DIR``): a user-supplied
    llama.cpp build such as a Snapdragon build with the Hexagon backend;
-3. the shared object inside the ``xllamacpp`` wheel (found without importing it).
+3. the shared object inside the ``xllamacpp`` wheel (found without importing it), on the
+   platforms where that wheel exports the C API (Linux x86_64/aarch64, macOS arm64).
+
+Official llama.cpp release archives split the API across files: ``llama`` (the
+``llama_*`` functions), ``ggml`` (the backend registry, ``ggml_backend_load_all*``) and
+``ggml-base`` (devices, tensors), with backends (``ggml-cpu-*``, ``ggml-hexagon``,
+``ggml-opencl`` ...) loaded at run time. On Windows a function can only be found in the
+DLL that exports it, so every declared function is resolved from the first of these
+files that exports it, and the backends are loaded from the library's own folder.
 
 The library is loaded once per process. Before any function is used, the struct
 layouts are checked against build b11549 by probing the library's default params;
@@ -16,9 +25,11 @@ import ctypes
 import importlib.util
 import logging
 import os
+import platform
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from geniex.errors import LibraryError
@@ -26,7 +37,11 @@ from geniex.llama import api
 
 EXPECTED_BUILD = 11549
 WHEEL = "xllamacpp==2026.10.11549"
-LIB_NAMES = {"linux": ["libllama.so"], "darwin": ["libllama.dylib"], "win32": ["llama.dll"]}
+WHEEL_SOURCE = "xllamacpp wheel"
+RELEASES = f"https://github.com/ggml-org/llama.cpp/releases/tag/b{EXPECTED_BUILD}"
+# The files of a split llama.cpp build, in the order symbols are looked up. Stems only:
+# the platform adds prefix and suffix (``llama.dll``, ``libllama.so``, ``libllama.dylib``).
+SPLIT_STEMS = ("llama", "ggml", "ggml-base")
 
 _native_log = logging.getLogger("geniex.llama.cpp")
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
@@ -38,31 +53,77 @@ _loaded = None
 recent_problems = collections.deque(maxlen=8)
 
 
-class Library:
-    """A loaded, checked library: every declared C function as an attribute."""
+def _platform_key():
+    if sys.platform == "win32":
+        return "win32"
+    if sys.platform == "darwin":
+        return "darwin"
+    return "linux"
 
-    def __init__(self, cdll, path, source):
-        self.cdll = cdll
-        self.path = path
+
+def file_names(stem, key=None):
+    """Names a split-build file may have here: ``llama`` -> ``llama.dll`` on Windows,
+    ``libllama.so`` (then versioned ``libllama.so.*``) on Linux, ``libllama.dylib``
+    (then ``libllama.*.dylib``) on macOS. Glob patterns for the versioned forms."""
+    key = key or _platform_key()
+    if key == "win32":
+        return [f"{stem}.dll"]
+    if key == "darwin":
+        return [f"lib{stem}.dylib", f"lib{stem}.*.dylib"]
+    return [f"lib{stem}.so", f"lib{stem}.so.*"]
+
+
+def _find_in(folder, stem):
+    for pattern in file_names(stem):
+        hits = sorted(folder.glob(pattern)) if "*" in pattern else [folder / pattern]
+        for hit in hits:
+            if hit.is_file():
+                return hit
+    return None
+
+
+@dataclass
+class LoadedFile:
+    """One shared library file geniex opened, and the declared functions bound from it."""
+
+    path: Path
+    handle: object
+    functions: list = field(default_factory=list)
+
+
+class Library:
+    """A loaded, checked library: every declared C function as an attribute.
+
+    ``files`` are the opened files in lookup order (the llama library first); each
+    function is bound from the first file that exports it (:func:`resolve`).
+    """
+
+    def __init__(self, files, source):
+        self.files = files
+        self.path = files[0].path
+        self.cdll = files[0].handle
         self.source = source
+        self.origin = {}            # function name -> Path of the file it was bound from
         self._missing = {}
         for name, (restype, argtypes) in api.FUNCTIONS.items():
-            fn = getattr(cdll, name)
-            fn.restype, fn.argtypes = restype, argtypes
-            setattr(self, name, fn)
+            self._bind(name, name, restype, argtypes, required=True)
         for name, (restype, argtypes) in api.OPTIONAL_FUNCTIONS.items():
-            self._bind_optional(name, name, restype, argtypes)
+            self._bind(name, name, restype, argtypes)
         for name, (symbol, restype, argtypes) in api.MANGLED_FUNCTIONS.items():
-            self._bind_optional(name, symbol, restype, argtypes)
+            self._bind(name, symbol, restype, argtypes)
 
-    def _bind_optional(self, name, symbol, restype, argtypes):
-        try:
-            fn = getattr(self.cdll, symbol)
-        except AttributeError:
+    def _bind(self, name, symbol, restype, argtypes, required=False):
+        found = resolve(self.files, symbol)
+        if found is None:
+            if required:
+                raise LibraryError(_lacks(self.files, symbol))
             self._missing[name] = symbol
             return
+        loaded, fn = found
         fn.restype, fn.argtypes = restype, argtypes
         setattr(self, name, fn)
+        self.origin[name] = loaded.path
+        loaded.functions.append(name)
 
     def has(self, name):
         """Whether an optional function (e.g. the MTP staging API) is exported."""
@@ -81,39 +142,134 @@ class Library:
         return (self.llama_print_system_info() or b"").decode("utf-8", "replace").strip()
 
 
+def resolve(files, symbol):
+    """``(LoadedFile, function)`` for the first of ``files`` that exports ``symbol``, or None.
+
+    A Windows DLL gives out only what it exports itself, so a function of
+    ``ggml-base.dll`` is not reachable through ``llama.dll``'s handle; looking in every
+    file of the build, in order, finds each function where it lives on every platform.
+    """
+    for loaded in files:
+        try:
+            return loaded, getattr(loaded.handle, symbol)
+        except AttributeError:
+            continue
+    return None
+
+
+def _lacks(files, symbol):
+    where = ", ".join(str(f.path) for f in files)
+    return (f"the llama.cpp library at {files[0].path} is not build b{EXPECTED_BUILD}: "
+            f"{symbol} is exported by none of {where}; {get_library_hint()}")
+
+
+def _wheel_files():
+    try:
+        spec = importlib.util.find_spec("xllamacpp")
+    except (ImportError, ValueError):
+        return []
+    if not spec or not spec.submodule_search_locations:
+        return []
+    folder = Path(list(spec.submodule_search_locations)[0])
+    return sorted(folder.glob("xllamacpp*.so")) + sorted(folder.glob("xllamacpp*.pyd"))
+
+
 def candidates():
     """Where we look for the library, in order: (source label, path)."""
     found = []
     env = os.environ.get("GENIEX_LLAMA_LIB")
     if env:
-        found.append(("GENIEX_LLAMA_LIB", Path(env)))
+        path = Path(env).expanduser()
+        if path.is_dir():
+            path = _find_in(path, "llama") or path / file_names("llama")[0]
+        found.append(("GENIEX_LLAMA_LIB", path))
     if os.environ.get("GENIEX_LIB_DIR"):
-        lib_dirs = [Path(os.environ["GENIEX_LIB_DIR"])]
+        lib_dirs = [Path(os.environ["GENIEX_LIB_DIR"]).expanduser()]
     else:
         # The checkout's lib/ (editable installs, running from the source tree), then ./lib.
         lib_dirs = [Path(__file__).resolve().parents[2] / "lib", Path.cwd() / "lib"]
     for lib_dir in dict.fromkeys(lib_dirs):
-        for name in LIB_NAMES.get(sys.platform, LIB_NAMES["linux"]):
-            found.append(("lib/", lib_dir / name))
-    spec = importlib.util.find_spec("xllamacpp")
-    if spec and spec.submodule_search_locations:
-        for entry in Path(list(spec.submodule_search_locations)[0]).glob("xllamacpp*.so"):
-            found.append((WHEEL.split("==")[0] + " wheel", entry))
-        for entry in Path(list(spec.submodule_search_locations)[0]).glob("xllamacpp*.pyd"):
-            found.append((WHEEL.split("==")[0] + " wheel", entry))
+        found.append(("lib/", _find_in(lib_dir, "llama") or lib_dir / file_names("llama")[0]))
+    for entry in _wheel_files():
+        found.append((WHEEL_SOURCE, entry))
     return found
 
 
-def _check_abi(cdll, path):
+def get_library_hint(key=None, machine=None):
+    """What to download or set to get a library on this platform (one paragraph)."""
+    key = key or _platform_key()
+    machine = (machine or platform.machine()).lower()
+    arm = machine in ("arm64", "aarch64")
+    tag = f"b{EXPECTED_BUILD}"
+    if key == "win32":
+        if arm:
+            archive = (f"llama-{tag}-bin-win-cpu-arm64.zip (CPU), llama-{tag}-bin-win-opencl-adreno-arm64.zip "
+                       f"(Adreno GPU) or a Hexagon (NPU) build such as llama-{tag}-bin-win-hexagon-arm64.zip")
+        else:
+            archive = f"llama-{tag}-bin-win-cpu-x64.zip (or the -vulkan-x64 / -cuda-*-x64 archive)"
+        return (f"download {archive} from {RELEASES}, unpack it, and set GENIEX_LLAMA_LIB to the "
+                f"folder that holds llama.dll (or copy that folder's files into lib/)")
+    if key == "darwin":
+        if arm:
+            return (f"install it with: pip install {WHEEL}  (or download llama-{tag}-bin-macos-arm64.tar.gz "
+                    f"from {RELEASES} and set GENIEX_LLAMA_LIB to the folder that holds libllama.dylib)")
+        return (f"download llama-{tag}-bin-macos-x64.tar.gz from {RELEASES}, unpack it, and set "
+                f"GENIEX_LLAMA_LIB to the folder that holds libllama.dylib")
+    if machine in ("x86_64", "amd64", "aarch64", "arm64"):
+        return f"install it with: pip install {WHEEL}  (or set GENIEX_LLAMA_LIB to a b{EXPECTED_BUILD} build's folder)"
+    return (f"build llama.cpp {tag} as shared libraries and set GENIEX_LLAMA_LIB to the folder "
+            f"that holds libllama.so")
+
+
+def _open(path, folder_build):
+    """Open ``path`` (and, for a folder build, its ggml siblings): the LoadedFiles in
+    lookup order, the llama library first."""
+    paths = [path]
+    if folder_build:
+        for stem in SPLIT_STEMS[1:]:
+            sibling = _find_in(path.parent, stem)
+            if sibling is not None and sibling != path:
+                paths.append(sibling)
+    if sys.platform == "win32" and folder_build:
+        # Python 3.8+ no longer searches PATH or the current folder for a DLL's own
+        # imports: name the build's folder so llama.dll finds ggml.dll beside it.
+        _dll_dirs.append(os.add_dll_directory(str(path.parent)))
+        # ggml loads its backends (ggml-cpu-*.dll, ggml-hexagon.dll) with a plain
+        # LoadLibraryW, whose search ignores add_dll_directory but reads PATH: without
+        # this, their own imports beside them (libomp140.*.dll, ...) would not be found.
+        folder = str(path.parent)
+        if folder not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
+    files = []
+    # Dependencies first (ggml-base, ggml, then llama), so each finds the others loaded.
+    for p in reversed(paths):
+        try:
+            # RTLD_GLOBAL: backends loaded later resolve ggml symbols through these.
+            handle = ctypes.CDLL(str(p), mode=getattr(ctypes, "RTLD_GLOBAL", 0))
+        except OSError as e:
+            hint = ""
+            if "libgomp" in str(e):
+                hint = " (it needs the OpenMP runtime: on Debian/Ubuntu, apt-get install libgomp1)"
+            elif sys.platform == "win32":
+                hint = (" (keep every file of the release archive together in that folder; the CPU build "
+                        "also needs the Microsoft Visual C++ runtime)")
+            raise LibraryError(f"cannot load the llama.cpp library at {p}: {e}{hint}") from None
+        files.insert(0, LoadedFile(p, handle))
+    return files
+
+
+_dll_dirs = []      # keeps os.add_dll_directory() registrations alive
+
+
+def _check_abi(files, path):
     """Refuse a library whose params structs are not laid out as in build b11549."""
     where = f"the llama.cpp library at {path}"
     for sym in list(api.FUNCTIONS):
-        if not hasattr(cdll, sym):
-            raise LibraryError(f"{where} is not build b{EXPECTED_BUILD}: it lacks {sym}; "
-                               f"install {WHEEL} or put a b{EXPECTED_BUILD} build in lib/")
-    probe_m = cdll.llama_model_default_params
+        if resolve(files, sym) is None:
+            raise LibraryError(_lacks(files, sym))
+    _, probe_m = resolve(files, "llama_model_default_params")
+    _, probe_c = resolve(files, "llama_context_default_params")
     probe_m.restype, probe_m.argtypes = api.RawParams, []
-    probe_c = cdll.llama_context_default_params
     probe_c.restype, probe_c.argtypes = api.RawParams, []
     m = api.llama_model_params.from_buffer_copy(bytes(probe_m().raw)[:ctypes.sizeof(api.llama_model_params)])
     c = api.llama_context_params.from_buffer_copy(bytes(probe_c().raw)[:ctypes.sizeof(api.llama_context_params)])
@@ -128,7 +284,7 @@ def _check_abi(cdll, path):
     if any(got != want for got, want in expected):
         raise LibraryError(f"{where} has a different ABI from build b{EXPECTED_BUILD} "
                            f"(its default params are laid out differently); refusing to run with "
-                           f"mis-laid structs. Install {WHEEL} or put a b{EXPECTED_BUILD} build in lib/")
+                           f"mis-laid structs. {get_library_hint()}")
 
 
 @api.ggml_log_callback
@@ -184,21 +340,29 @@ def load():
         for source, path in candidates():
             if not path.is_file():
                 if source == "GENIEX_LLAMA_LIB":
-                    raise LibraryError(f"GENIEX_LLAMA_LIB names {path}, which does not exist")
+                    raise LibraryError(f"GENIEX_LLAMA_LIB names {os.environ['GENIEX_LLAMA_LIB']}, but "
+                                       f"{path} does not exist; {get_library_hint()}")
                 tried.append(str(path))
                 continue
-            try:
-                # RTLD_GLOBAL: a lib/ build's ggml backends resolve ggml symbols through it.
-                cdll = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-            except OSError as e:
-                raise LibraryError(f"cannot load the llama.cpp library at {path}: {e}") from None
-            _check_abi(cdll, path)
-            lib = Library(cdll, path, source)
+            folder_build = source != WHEEL_SOURCE
+            files = _open(path, folder_build)
+            _check_abi(files, path)
+            lib = Library(files, source)
             lib.llama_log_set(_log_bridge, None)
-            if source != WHEEL.split("==")[0] + " wheel" and lib.has("ggml_backend_load_all"):
-                lib.ggml_backend_load_all()   # a user build may keep backends in separate files
+            if folder_build:
+                _load_backends(lib, path.parent)
             lib.llama_backend_init()
             _loaded = lib
             return lib
-        raise LibraryError("no llama.cpp library found (looked in: " + ", ".join(tried) +
-                           f"); install it with: pip install {WHEEL}")
+        raise LibraryError(f"no llama.cpp library (build b{EXPECTED_BUILD}) found; looked for "
+                           + ", ".join(tried) + f". To get one: {get_library_hint()}")
+
+
+def _load_backends(lib, folder):
+    """Load the backends a split build keeps in separate files (ggml-cpu-*, ggml-hexagon,
+    ggml-opencl, ...) from the library's own folder. ``ggml_backend_load_all`` alone would
+    look beside the *executable* (python), which is not where a release was unpacked."""
+    if lib.has("ggml_backend_load_all_from_path"):
+        lib.ggml_backend_load_all_from_path(str(folder).encode("utf-8"))
+    elif lib.has("ggml_backend_load_all"):
+        lib.ggml_backend_load_all()

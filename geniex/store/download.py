@@ -2,7 +2,7 @@
 
 One file at a time, the way ``huggingface_hub`` does it:
 
-1. lock ``<file>.lock`` (``fcntl``), so two pulls never write the same bytes; the
+1. lock ``<file>.lock`` (``filelock``), so two pulls never write the same bytes; the
    second one waits, then finds the file in place and skips it;
 2. append to ``<file>.partial``, resuming with ``Range`` from its current size (after a
    cut connection, in this process, or after Ctrl-C, in the next pull);
@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from geniex.store.checksums import Digest, file_matches
 from geniex.store.errors import DownloadError, HubUnreachable
-from geniex.store.locking import file_lock
+from geniex.store.locking import discard, file_lock
 from geniex.store.display import human_size, is_terminal
 
 # Bytes per read. A cut connection loses the block being read, so keep it modest.
@@ -54,11 +54,17 @@ def fetch(hub, repo_id, remote, dest, out=sys.stderr, retries=RETRIES):
     waiting = lambda: print(f"another pull is downloading {remote.path}; waiting for it...", file=out, flush=True)  # noqa: E731
     with file_lock(lock, on_wait=waiting):
         if dest.exists() and file_matches(dest, remote):
-            lock.unlink(missing_ok=True)
+            discard(lock)
             return False
         _download(hub, repo_id, remote, partial_path(dest), out, retries)
-        os.replace(partial_path(dest), dest)
-        lock.unlink(missing_ok=True)
+        try:
+            os.replace(partial_path(dest), dest)
+        except PermissionError:
+            # Windows: the old file is open in another process (a model being served);
+            # the verified partial stays, so the next pull just moves it into place.
+            raise DownloadError(f"cannot replace {dest}: another process has it open (on Windows, a model "
+                                f"being served or run cannot be replaced); stop that process and pull again") from None
+        discard(lock)
     return True
 
 

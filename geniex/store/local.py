@@ -24,7 +24,8 @@ from geniex.store.names import precision_of
 from geniex.store.picker import choose_precision
 
 # Link failures that mean "this filesystem cannot hard-link here": copy instead.
-_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES}
+# (EINVAL: Windows reports a filesystem without hard links, such as FAT, that way.)
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES, errno.EINVAL}
 
 
 def register_local(folder, name, source, model_type=None, out=None, interactive=None):
@@ -35,7 +36,8 @@ def register_local(folder, name, source, model_type=None, out=None, interactive=
     if not layout.groups:
         raise StoreError(f"{source} holds only mmproj projector files, no model to register")
     if source.is_file() and name.precision:
-        # One file: the user's precision names it, whatever its file name says.
+        # One file: the user's precision names it, but it must be what the file holds.
+        _check_precision(source, name)
         (group,) = layout.groups.values()
         group.precision = name.precision
         layout.groups = {name.precision: group}
@@ -50,6 +52,10 @@ def register_local(folder, name, source, model_type=None, out=None, interactive=
 
     records, ways = {}, set()
     with file_lock(folder / PULL_LOCK, shared=True):
+        if _already_held(folder, root, group, precision):
+            print(f"{name.repo_id}:{precision} from {source} is already present in the store; nothing to do",
+                  file=out)
+            return precision, True
         for path in group.all_files:
             dest = inside(folder, path)
             ways.add(_place(root / path, dest, out))
@@ -59,7 +65,40 @@ def register_local(folder, name, source, model_type=None, out=None, interactive=
             manifest.data["type"] = mtype
             manifest.set_group(group, records, {"kind": "local", "path": str(source), "how": how.split()[0]})
     print(f"{how}: {len(group.all_files)} file(s) from {source}", file=out)
-    return precision
+    return precision, False
+
+
+def _check_precision(source, name):
+    """Refuse ``NAME:P --local-path FILE`` when FILE is not precision P: the GGUF
+    header's ``general.file_type`` decides, else the precision in its file name."""
+    declared = header_precision(source)
+    how = "its GGUF header (general.file_type)"
+    if declared is None:
+        declared, how = precision_of(source.name), "its file name"
+    if declared is not None and declared.upper() != name.precision.upper():
+        raise StoreError(f"{source.name} is {declared} according to {how}, not {name.precision}; "
+                         f"pull it as {name.repo_id}:{declared} (or without a precision)")
+
+
+def _already_held(folder, root, group, precision):
+    """True if the manifest already records ``precision`` with exactly these files,
+    each in place (the same file, hard-linked, or a copy of the same size and hash)."""
+    manifest = Manifest.load(folder)
+    held = manifest.group(precision) if manifest else None
+    if held is None or sorted(held.all_files) != sorted(group.all_files):
+        return False
+    for path in group.all_files:
+        src, dest, record = root / path, inside(folder, path), manifest.file_record(path)
+        try:
+            if not dest.is_file() or record is None:
+                return False
+            if os.path.samefile(src, dest):
+                continue
+            if src.stat().st_size != record["size"] or sha256_of(src) != record["sha256"]:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def header_precision(path):
@@ -103,7 +142,12 @@ def _place(src, dest, out):
             raise StoreError(f"cannot link {src} into the store: {e.strerror}") from None
         _copy(src, tmp, out)
         way = "copied"
-    os.replace(tmp, dest)
+    try:
+        os.replace(tmp, dest)
+    except PermissionError:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot replace {dest}: another process has it open (on Windows, a model "
+                         f"being served or run cannot be replaced); stop that process and pull again") from None
     return way
 
 

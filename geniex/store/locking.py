@@ -1,15 +1,27 @@
-"""Advisory file locks (``fcntl.flock``) shared between geniex processes.
+"""Advisory file locks shared between geniex processes, on every platform.
 
-Lock files may be deleted while held (a finished download removes its own, ``remove``
-deletes a whole model folder). A process that opened the file just before the delete
-would then lock an orphaned inode while a newcomer locks a new one, and both would
-think they hold the lock; so after locking we check that the path still names the
-inode we locked, and start over if not.
+The locks come from ``filelock`` (the library huggingface_hub uses): its
+``ReadWriteLock`` keeps the lock in a small SQLite file, so shared (reader) and
+exclusive (writer) holds work the same way on Linux, macOS and Windows, with no
+``fcntl`` (POSIX only) or ``msvcrt`` (Windows only) code of ours.
+
+Lock files may be deleted while held on POSIX systems (``remove`` deletes a whole model
+folder). A process that was waiting on the old file would then hold a lock nobody else
+can see while a newcomer locks a new file; so after locking we check that the path still
+names the file we locked, and start over if not. Windows refuses to delete a file that
+another process holds open, so there the question does not arise; :func:`discard`
+removes a lock file when nobody holds it and leaves it in place otherwise.
 """
-import errno
-import fcntl
 import os
+import warnings
 from contextlib import contextmanager
+
+with warnings.catch_warnings():
+    # Where fcntl is missing but the platform is not Windows, filelock warns that only
+    # its "soft" lock is available; ReadWriteLock (SQLite) is all we use, and it needs
+    # neither fcntl nor msvcrt, so the warning would only mislead.
+    warnings.simplefilter("ignore", UserWarning)
+    import filelock
 
 
 class Busy(Exception):
@@ -24,40 +36,58 @@ def file_lock(path, shared=False, blocking=True, on_wait=None):
     ``blocking=False`` raises Busy at once if it is held; otherwise ``on_wait()`` is
     called once before blocking, so the caller can say what it is waiting for.
     """
-    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     waited = False
     while True:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        before = _identity(path)
+        lock = filelock.ReadWriteLock(path, is_singleton=False)
+        acquire = lock.acquire_read if shared else lock.acquire_write
         try:
             try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
+                acquire(blocking=False)
+            except filelock.Timeout:
                 if not blocking:
                     raise Busy(str(path)) from None
                 if on_wait and not waited:
                     on_wait()
                     waited = True
-                fcntl.flock(fd, mode)
-            if _same_file(fd, path):
-                break
+                acquire(blocking=True)
+        except OSError:
+            lock.close()
+            if _identity(path) == before:
+                raise
+            continue  # filelock saw the file deleted or replaced while it waited: start over
         except BaseException:
-            os.close(fd)
+            lock.close()
             raise
-        os.close(fd)  # the file was replaced or deleted while we waited: retry
+        after = _identity(path)
+        if after is not None and (before is None or after == before):
+            break
+        # The file was deleted (or replaced) while we waited: what we hold guards nothing.
+        lock.close()
     try:
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        lock.close()  # releases the hold and the SQLite connection
+
+def discard(path):
+    """Delete the lock file ``path`` if the platform lets us.
+
+    POSIX deletes it even while another process has it open (the identity check in
+    :func:`file_lock` makes that safe); Windows refuses while any process holds it
+    open, and then the file simply stays for the next user (``geniex clean`` removes
+    leftovers later).
+    """
+    try:
+        path.unlink(missing_ok=True)
+    except PermissionError:
+        pass
 
 
-def _same_file(fd, path):
+def _identity(path):
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+        return None
+    return (st.st_dev, st.st_ino)
 

@@ -31,6 +31,7 @@ class ResolvedModel:
     is_draft: bool = False
     files: list = field(default_factory=list)
     location: Path | None = None
+    already_present: bool = False      # set by Store.pull when nothing had to be fetched
 
     @property
     def size(self):

@@ -13,7 +13,6 @@ means its one precision, or the preferred one of several.
 """
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from geniex.store import classify, demo, resolved
 from geniex.store.errors import StoreError
 from geniex.store.hub import Hub
 from geniex.store.local import register_local
-from geniex.store.locking import Busy, file_lock
+from geniex.store.locking import Busy, discard, file_lock
 from geniex.store.manifest import LOCKS, MANIFEST, MANIFEST_LOCK, PULL_LOCK, Manifest, editing, inside
 from geniex.store.names import ModelName, parse_name
 from geniex.store.pulling import pull_from_hub
@@ -99,15 +98,20 @@ class Store:
             return self._resolve_demo(parsed)
         folder = self._folder(parsed)
         if local_path is not None:
-            precision = register_local(folder, parsed, local_path, model_type, out, interactive)
+            precision, present = register_local(folder, parsed, local_path, model_type, out, interactive)
         else:
             held = self._held(parsed) if parsed.precision and model_type is None else None
             if held:
                 print(f"{held.name} is already in the store", file=out)
+                held.already_present = True
                 return held
             hub = self._hub or Hub()
+            before = _stored_files(folder)
             precision = pull_from_hub(hub, folder, parsed, model_type, out, interactive)
-        return self._resolve_stored(parsed.with_precision(precision))
+            present = _unchanged(before, folder, precision)
+        model = self._resolve_stored(parsed.with_precision(precision))
+        model.already_present = present
+        return model
 
     def remove(self, name):
         """Remove one precision (``org/repo:P``) or a whole model; returns removed paths."""
@@ -127,10 +131,18 @@ class Store:
                     removed += _delete(inside(folder, rel), stop_at=folder)
                 if Manifest.load(folder) is None:
                     removed.append(folder)
-                    shutil.rmtree(folder, ignore_errors=True)
-                    _prune_empty(folder.parent, stop_at=self.models_dir)
+                    _remove_tree(folder)
+            if folder in removed:
+                _remove_lock_files(folder)   # Windows: only now that we no longer hold them
+                _prune_empty(folder, stop_at=self.models_dir)
         except Busy:
             raise StoreError(f"a pull of {parsed.repo_id} is running; remove it once that finishes") from None
+        except PermissionError as e:
+            # Windows will not delete a file another process has open (POSIX will): a
+            # model that `geniex serve` or `run` has loaded cannot be removed there.
+            raise StoreError(f"{name} is no longer listed, but {e.filename} could not be deleted: another "
+                             f"process has it open (on Windows, a model being served or run cannot be "
+                             f"removed); stop that process, then run `geniex clean`") from None
         return removed
 
     def removal_preview(self, name):
@@ -152,11 +164,19 @@ class Store:
         for folder in self._model_folders():
             try:
                 with file_lock(folder / PULL_LOCK, blocking=False), file_lock(folder / MANIFEST_LOCK):
-                    removed += self._clean_folder(folder, dry_run)
+                    doomed = self._clean_folder(folder, dry_run)
+                removed += doomed
+                if folder in doomed and not dry_run:
+                    _remove_lock_files(folder)   # Windows: only now that we no longer hold them
+                    _prune_empty(folder, stop_at=self.models_dir)
             except Busy:
                 log.warning("skipping %s: a pull is running there", folder)
             except StoreError as e:
                 log.warning("skipping %s: %s", folder, e)
+            except PermissionError as e:
+                # Windows: a file another process has open (a model still being served).
+                log.warning("could not delete %s: another process has it open; run `geniex clean` "
+                            "again once it has stopped", e.filename)
         if not dry_run:
             for org in self._subdirs(self.models_dir):
                 _prune_empty(org, stop_at=self.models_dir)
@@ -224,7 +244,7 @@ class Store:
         if not dry_run:
             for path in doomed:
                 if path == folder:
-                    shutil.rmtree(folder, ignore_errors=True)
+                    _remove_tree(folder)
                 else:
                     _delete(path, stop_at=folder)
         return doomed
@@ -290,6 +310,60 @@ def _as_path(text):
     if expanded.lower().endswith(".gguf") and os.path.isfile(expanded):
         return Path(expanded)
     return None
+
+
+def _stored_files(folder):
+    """``{relpath: (manifest record, size, mtime_ns, inode)}`` of the files the manifest
+    lists and the disk holds: taken before a pull, to tell afterwards whether it changed
+    anything."""
+    try:
+        manifest = Manifest.load(folder) if folder.is_dir() else None
+    except StoreError:
+        return {}
+    if manifest is None:
+        return {}
+    out = {rel: _stored_files_one(folder, manifest, rel) for rel in manifest.data["files"]}
+    return {rel: state for rel, state in out.items() if state is not None}
+
+
+def _unchanged(before, folder, precision):
+    """True if every file of ``precision`` was already stored, untouched, before the pull."""
+    manifest = Manifest.load(folder)
+    group = manifest.group(precision) if manifest else None
+    if group is None:
+        return False
+    for rel in group.all_files:
+        now = _stored_files_one(folder, manifest, rel)
+        if now is None or before.get(rel) != now:
+            return False
+    return True
+
+
+def _stored_files_one(folder, manifest, rel):
+    record = manifest.file_record(rel)
+    try:
+        st = inside(folder, rel).stat()
+    except (OSError, StoreError):
+        return None
+    return (dict(record), st.st_size, st.st_mtime_ns, st.st_ino) if record else None
+
+
+def _remove_tree(folder):
+    """Delete ``folder`` and everything in it. A file another process holds open
+    (Windows refuses to delete those) raises PermissionError, except our own lock files
+    at the top, which we hold while doing this: they go in :func:`_remove_lock_files`."""
+    for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        elif path.parent == folder and path.name in LOCKS:
+            discard(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _remove_lock_files(folder):
+    for name in LOCKS:
+        discard(folder / name)
 
 
 def _delete(path, stop_at):
