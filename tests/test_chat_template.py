@@ -190,7 +190,7 @@ def test_server_refusal_is_a_400_and_tool_turns_are_accepted(tmp_path, custom_mo
 
 # -- the same greedy answer ----------------------------------------------------------------
 
-QUESTIONS = ["Which city is the capital of France?", "Write a haiku about the sea."]
+QUESTIONS = ["Name the capital of France.", "Write a haiku about the sea."]
 
 
 @pytest.fixture(scope="module")

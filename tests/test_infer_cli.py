@@ -28,7 +28,7 @@ def test_one_shot_answer_with_profile_line(cli):
 def test_greedy_paris_and_verbose_block(cli):
     # (SmolLM2's template adds its default system message; with it, this wording of
     # the question is the one the 135M model answers with Paris.)
-    proc = cli("infer", "-p", "Which city is the capital of France?", "--verbose")
+    proc = cli("infer", "-p", "Name the capital of France.", "--verbose")
     assert proc.returncode == 0, proc.stderr
     assert "Paris" in proc.stdout
     for label in ("total time:", "ttft:", "prompt tokens:", "prompt speed:", "decode tokens:",
@@ -42,7 +42,7 @@ def test_greedy_paris_and_verbose_block(cli):
 def test_stop_reasons_through_the_cli(cli):
     proc = cli("infer", "-p", "Count from 1 to 50.", "--max-tokens", "5", "--verbose")
     assert stop_reason(proc.stderr) == "length"
-    proc = cli("infer", "-p", "Which city is the capital of France?", "--stop", "Paris", "--verbose")
+    proc = cli("infer", "-p", "Name the capital of France.", "--stop", "Paris", "--verbose")
     assert stop_reason(proc.stderr) == "stop_sequence" and "Paris" not in proc.stdout
     proc = cli("infer", "-p", "Write a long essay about the history of the Roman Empire, with many details.",
                "--nctx", "64", "--verbose")

@@ -533,7 +533,7 @@ def test_cli_draft_knobs(tiny, cli, tmp_path):
     all; 0.15 is checked as well so that the >= p-min property is not vacuous."""
     target, draft = tiny["aligned"]
     base = ["infer", target, "-p", PROMPT, "--spec-type", "draft-mtp", "--draft-model", draft,
-            "--max-tokens", "80"]
+            "--max-tokens", "80", "--draft-policy", "fixed"]      # the knobs, not the policy
     expect = plain_answers(target, [PROMPT], max_tokens=80)[0]
     runs = {}
     for name, extra in {"default": [], "tokens1": ["--draft-tokens", "1"],

@@ -216,7 +216,7 @@ def test_setup_failures_fall_back_with_the_geniex_line(cli, tmp_path, tiny):
         (["--spec-type", "draft-mtp", "--draft-model", "nobody/nothing-here-GGUF"], "nobody/nothing-here-GGUF"),
     ]
     for extra, reason in cases:
-        proc = cli("infer", "-p", "Which city is the capital of France?", "--max-tokens", "8", *extra,
+        proc = cli("infer", "-p", "Name the capital of France.", "--max-tokens", "8", *extra,
                    env={"HF_ENDPOINT": "http://127.0.0.1:9"})
         assert proc.returncode == 0, proc.stderr
         assert FALLBACK in proc.stderr and reason in proc.stderr, (extra, proc.stderr)
@@ -256,6 +256,6 @@ def test_qairt_model_warns_and_refuses(cli, fake_hub):  # noqa: F811
 
 def test_multimodal_model_runs_text_path_with_warning(cli, demo_model):
     assert cli("pull", "someone/Vision-Demo", "--local-path", demo_model, "--model-type", "vlm").returncode == 0
-    proc = cli("infer", "someone/Vision-Demo", "-p", "Which city is the capital of France?", "--spec-type", "ngram-mod")
+    proc = cli("infer", "someone/Vision-Demo", "-p", "Name the capital of France.", "--spec-type", "ngram-mod")
     assert proc.returncode == 0 and "Paris" in proc.stdout
     assert "multimodal" in proc.stderr and "image/audio content is dropped" in proc.stderr

@@ -21,6 +21,7 @@ from geniex.llama import library
 from geniex.llama.gguf_file import read_header
 from geniex.llama.kv import KvHistory
 from geniex.llama.objects import Batch, Context, Model
+from geniex.llama.threads import ThreadGovernor
 from geniex.speculative import build, policy
 from geniex.speculative.drafters.base import NO_DRAFTER
 from geniex.speculative.options import SpecOptions
@@ -47,6 +48,7 @@ class LoadOptions:
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
     n_ubatch: int = 32
+    adaptive_threads: bool = True    # drop to one thread while a neighbour stalls decodes
     data_dir: object = None          # where measured verify costs are cached (None: the default)
     spec: SpecOptions = field(default_factory=SpecOptions)
 
@@ -96,6 +98,8 @@ class Session:
                     "output is bitwise plain output only below that (use the default q8_0 cache, or --threads 1)")
         self.batch = Batch(N_BATCH)
         self._warm_up()
+        if options.adaptive_threads and max(self.threads, self.threads_batch) > 1:
+            self.ctx.governor = ThreadGovernor(self.ctx, self.threads, self.threads_batch)
         self.policy = policy.FixedPolicy()
         if self.drafter is not None and options.spec.policy == "auto":
             self.policy = policy.GainPolicy(*self._verify_cost())

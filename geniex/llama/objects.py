@@ -5,6 +5,7 @@ and turns the library's NULL / error-code returns into exceptions with a reason.
 """
 import ctypes
 import logging
+import time
 
 import numpy as np
 
@@ -216,6 +217,7 @@ class Context:
         self.n_vocab = model.vocab.n_tokens
         self._views = {}
         self.decoded_any = False
+        self.governor = None           # a ThreadGovernor, where the owner wants one
 
     @staticmethod
     def _cache_types(model, other, type_k, type_v):
@@ -247,13 +249,18 @@ class Context:
         return self._lib.llama_n_threads(self.ptr), self._lib.llama_n_threads_batch(self.ptr)
 
     def decode(self, batch):
-        """Run one batch; raises ContextLengthExceeded when the KV cache has no room."""
+        """Run one batch; raises ContextLengthExceeded when the KV cache has no room.
+        With a :attr:`governor` (geniex.llama.threads), the decode's time is reported to it."""
+        gov = self.governor
+        t0 = time.perf_counter() if gov is not None else 0.0
         rc = self._lib.llama_decode(self.ptr, batch.struct)
         if rc != 0:
             if rc == 1:
                 raise ContextLengthExceeded(f"the context ({self.n_ctx} tokens) is full")
             raise GenieXError(f"llama_decode failed (code {rc}): {library.last_problem()}")
         self.decoded_any = True
+        if gov is not None:
+            gov.observe(batch.struct.n_tokens, time.perf_counter() - t0)
 
     def logits(self, i):
         """Row ``i`` of the last batch's output logits as a read-only numpy view.
