@@ -110,6 +110,7 @@ class Config:
     ubatch: int = 0                 # micro-batch rows (0 = the side's default: ours 32, native 512)
     cache: str = ""                 # KV cache type, K and V ("" = the side's default: ours q8_0, native f16)
     policy: str = "auto"            # ours: --draft-policy
+    adaptive: bool = True           # ours: the thread governor (geniex/llama/threads.py)
     # Forget what drafting learned before every run: ours resets its n-gram memory, native
     # gets a fresh worker (llama.cpp's server keeps its ngram-mod table across requests).
     fresh: bool = False
@@ -169,8 +170,11 @@ def make_configs(args):
             cfgs.append(Config(f"ours {m} fixed", "ours", m, T, TB, ngram=DEFAULTS.get(m, ()), policy="fixed"))
         if m == "ngram-mod":
             cfgs.append(Config(f"ours {m} fresh", "ours", m, T, TB, ngram=DEFAULTS[m], fresh=True))
-    if args.threads_compare:
-        cfgs.append(Config("ours plain t1", "ours", "", 1, TB))
+    if args.threads_compare or args.load:
+        cfgs.append(Config("ours plain t1", "ours", "", 1, 1))
+    if args.load:
+        # With a busy neighbour: what the governor buys against fixed all-core threads.
+        cfgs.append(Config("ours plain no-governor", "ours", "", T, TB, adaptive=False))
     for label, env in env_variants(args):
         cfgs.append(Config(f"ours plain [{label}]", "ours", "", T, TB, env=env))
         if "ngram-mod" in methods:
@@ -215,6 +219,7 @@ class OursHandler:
         opts = LoadOptions(nctx=NCTX, threads=cfg.threads, threads_batch=cfg.threads_batch, spec=spec)
         if cfg.ubatch:
             opts.n_ubatch = cfg.ubatch
+        opts.adaptive_threads = cfg.adaptive
         if cfg.cache:
             opts.cache_type_k = opts.cache_type_v = cfg.cache
         self.fresh = cfg.fresh
@@ -648,6 +653,8 @@ def report(args, cfgs, prompts, runs, model_bytes, costs):
     add("ours ngram-mod", "native ngram-mod own", "ours ngram-mod / native ngram-mod own (each at its defaults)")
     add("ours ngram-mod fresh", "native ngram-mod fresh", "ours ngram-mod fresh / native ngram-mod fresh")
     add("ours plain t1", "ours plain", "ours plain t1 / all cores")
+    add("ours plain", "ours plain t1", "ours plain (governor) / t1")
+    add("ours plain", "ours plain no-governor", "ours plain (governor) / no governor")
     add("native plain t1", "native plain", "native plain t1 / its default")
     for label, _env in env_variants(args):
         add(f"ours plain [{label}]", "ours plain", f"ours plain: [{label}] / default")
