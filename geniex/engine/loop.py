@@ -15,7 +15,7 @@ comes, trace each step, or step through the loop in a debugger.
 import time
 from dataclasses import dataclass, field
 
-from geniex.errors import ContextLengthExceeded
+from geniex.errors import Cancelled, ContextLengthExceeded
 from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
@@ -62,15 +62,20 @@ def common_prefix(a, b, start=0):
     return i
 
 
-def prefill(ctx, batch, tokens, start, end):
+def prefill(ctx, batch, tokens, start, end, cancel=None):
     """Decode ``tokens[start:end]`` in chunks of the context's batch size.
 
     Returns the batch row of the last decoded token (its output is on), or None.
+    ``cancel()`` is asked before each chunk: a long prompt whose client went away stops
+    within one chunk (raises :class:`~geniex.errors.Cancelled`; the positions decoded so
+    far are trimmed by the next ``sync_kv``).
     """
     row = None
     pos = start
     step = min(ctx.n_batch, batch.capacity)
     while pos < end:
+        if cancel is not None and cancel():
+            raise Cancelled(pos - start, end - start)
         n = min(step, end - pos)
         ctx.decode(batch.fill(tokens[pos:pos + n], pos))
         row = n - 1
@@ -98,7 +103,7 @@ def steps(session, prompt_tokens, opts, drafter=None, cancel=None, stats=None):
     n_past = len(history) - 1
     reuse = session.sync_kv(history, keep_at_most=n_past)
     stats.prompt_reused = reuse
-    row = prefill(ctx, batch, history, reuse, n_past)
+    row = prefill(ctx, batch, history, reuse, n_past, cancel)
     stats.prompt_time = time.perf_counter() - t_start
 
     drafter = drafter or _NoDrafter

@@ -16,6 +16,8 @@ from geniex.server.validation import ApiError
 
 log = logging.getLogger("geniex.server")
 
+RETRY_AFTER = 2     # seconds a client told "busy" should wait before trying again
+
 
 class TurnLock:
     """A lock granted in arrival order, so no waiting request is overtaken forever."""
@@ -25,10 +27,13 @@ class TurnLock:
         self._queue = collections.deque()
         self._held = False
 
-    def acquire(self, timeout=None):
-        """Wait for the turn; False if ``timeout`` seconds passed first."""
+    def acquire(self, timeout=None, max_waiting=None):
+        """Wait for the turn; False if ``timeout`` seconds passed first, or at once if
+        ``max_waiting`` others are already waiting (a bounded queue)."""
         me = object()
         with self._cond:
+            if max_waiting is not None and (self._held or self._queue) and len(self._queue) >= max_waiting:
+                return False
             self._queue.append(me)
             ok = self._cond.wait_for(lambda: not self._held and self._queue[0] is me, timeout)
             self._queue.remove(me)
@@ -100,8 +105,9 @@ class ModelCache:
     every request, a negative value keeps it until the server stops.
     """
 
-    def __init__(self, keepalive=300.0):
+    def __init__(self, keepalive=300.0, max_queue=None):
         self.keepalive = keepalive
+        self.max_queue = max_queue              # requests that may wait for the turn (None: any)
         self.stopping = threading.Event()      # set at shutdown: answers in flight end
         self._turn = TurnLock()
         self._session = None
@@ -117,8 +123,12 @@ class ModelCache:
     def lease(self, key, load):
         """Wait for our turn, make sure the model for ``key`` is resident (calling
         ``load()`` -> Session if it is not; the previous model is freed first), and
-        return a :class:`Lease` on it."""
-        self._turn.acquire()
+        return a :class:`Lease` on it. When ``max_queue`` requests are already waiting,
+        raises a 503 with ``Retry-After`` at once instead of queueing without bound."""
+        if not self._turn.acquire(max_waiting=self.max_queue):
+            log.warning("queue full (%d waiting): answered 503", self.max_queue)
+            raise ApiError(503, f"the server is busy: {self.max_queue} requests are already waiting for the "
+                           "model; retry later", code="server_busy", headers={"Retry-After": str(RETRY_AFTER)})
         try:
             if self.stopping.is_set():
                 raise ApiError(503, "the server is shutting down", code="shutting_down")
