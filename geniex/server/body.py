@@ -58,7 +58,7 @@ def _check_strings(value):
     stack = [((), value)]
     while stack:
         where, node = stack.pop()
-        if len(where) > MAX_DEPTH:
+        if len(where) >= MAX_DEPTH and isinstance(node, (dict, list)):     # level len(where) + 1
             raise ApiError(400, f"the request body is nested more than {MAX_DEPTH} levels deep",
                            code="invalid_json")
         if isinstance(node, dict):
