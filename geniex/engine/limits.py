@@ -19,7 +19,7 @@ import os
 import re
 from functools import lru_cache
 
-from geniex.errors import UsageError
+from geniex.errors import ModelLoadError, UsageError
 from geniex.llama.gguf_file import read_header
 
 log = logging.getLogger(__name__)
@@ -103,9 +103,11 @@ def context_size(model, nctx, explicit=True, budget=None, field="--nctx"):
     """
     if nctx is None or nctx < 1:
         raise UsageError(f"{field} must be a positive number of tokens (got {nctx})")
+    if getattr(model, "runtime", "llama_cpp") != "llama_cpp":
+        return nctx                      # open_session refuses other runtimes with its own message
     try:
         header = header_of(model.path)
-    except OSError:
+    except (OSError, ModelLoadError):
         return nctx                      # open_session reports the unreadable file
     trained = trained_context(header)
     if trained and nctx > trained:
