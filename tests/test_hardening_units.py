@@ -170,6 +170,25 @@ def test_turn_lock_refuses_beyond_max_waiting():
     lock.release()
 
 
+def test_a_waiting_request_whose_client_left_gives_up_its_place():
+    lock = TurnLock()
+    assert lock.acquire()
+    gone = threading.Event()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(lock.acquire(cancel=gone.is_set)))
+    waiter.start()
+    time.sleep(0.3)
+    gone.set()                                  # the client went away while waiting
+    waiter.join(5)
+    assert got == [False] and not waiter.is_alive()
+    assert lock.acquire(max_waiting=0) is False   # still held by the first
+    lock.release()
+    assert lock.acquire(max_waiting=0)          # and nobody is left in the queue
+    lock.release()
+    assert lock.acquire(timeout=0.1)            # a timeout still works alongside
+    lock.release()
+
+
 # -- files that are not regular ---------------------------------------------------------------
 
 
