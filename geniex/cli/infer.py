@@ -8,7 +8,7 @@ from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, loa
 from geniex.engine.chat import Conversation
 from geniex.engine import limits
 from geniex.engine.runtime import open_session
-from geniex.errors import GenieXError, UsageError
+from geniex.errors import Cancelled, GenieXError, UsageError
 from geniex.speculative.setup import FALLBACK
 
 log = logging.getLogger("geniex.cli")
@@ -97,6 +97,11 @@ def _answer(chat, prompt, opts, ctrl, tracer, verbose):
                 out.flush()
             if tracer is not None:
                 tracer.step(step)
+    except Cancelled as e:
+        # Ctrl-C while a long prompt was decoded: no answer, and the turn is forgotten.
+        chat.messages.pop()
+        print(f"(stopped while reading the prompt: {e})", file=sys.stderr, flush=True)
+        return
     finally:
         ctrl.answering = False
     chat.finish(gen)
