@@ -2,7 +2,7 @@
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from geniex.server import body as body_json, shapes, sse
-from geniex.server.validation import ApiError, as_api_error, validate
+from geniex.server.validation import as_api_error, validate
 
 bp = Blueprint("chat", __name__)
 
