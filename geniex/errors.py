@@ -35,3 +35,14 @@ class ContextLengthExceeded(GenieXError):
 
 class SpecSetupError(GenieXError):
     """Speculative decoding could not be set up; callers fall back to plain decoding."""
+
+
+class Cancelled(GenieXError):
+    """The caller cancelled an answer while its prompt was still being decoded (a client
+    that went away, a server that is stopping). ``done`` of ``total`` prompt tokens were
+    decoded when the work stopped."""
+
+    def __init__(self, done, total):
+        super().__init__(f"cancelled after {done} of {total} prompt tokens")
+        self.done = done
+        self.total = total

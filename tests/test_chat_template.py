@@ -13,7 +13,7 @@ from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metada
 
 from geniex.engine.chat import Conversation, template_for
 from geniex.engine.loop import GenOptions
-from geniex.engine.runtime import LoadOptions, Session
+from geniex.engine.session import LoadOptions, Session
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.template import TemplateRefused
 from geniex.errors import GenieXError

@@ -11,7 +11,7 @@ REPEAT = chat_body("Repeat exactly: the cat sat on the mat. the cat sat on the m
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with Server(tmp_path_factory.mktemp("spec-data")) as s:
+    with Server(tmp_path_factory.mktemp("spec-data"), "--allow-paths") as s:     # tiny models by path
         yield s
 
 

@@ -6,8 +6,9 @@ from geniex import config, profile
 from geniex.cli import console
 from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, load_options
 from geniex.engine.chat import Conversation
+from geniex.engine import limits
 from geniex.engine.session import open_session
-from geniex.errors import GenieXError, UsageError
+from geniex.errors import Cancelled, GenieXError, UsageError
 from geniex.speculative.build import FALLBACK
 from geniex.speculative.options import parse_types
 
@@ -51,7 +52,7 @@ def run(args):
     store = Store(config.data_dir(getattr(args, "data_dir", None)))
     model, draft_path = _resolve_models(args, store)
     verbose = getattr(args, "verbose", False)
-    session = open_session(model, load_options(args, draft_path))
+    session = open_session(model, limits.checked(model, load_options(args, draft_path)))
     tracer = None
     try:
         if verbose:
@@ -98,6 +99,11 @@ def _answer(chat, prompt, opts, ctrl, tracer, verbose):
                 out.flush()
             if tracer is not None:
                 tracer.step(step)
+    except Cancelled as e:
+        # Ctrl-C while a long prompt was decoded: no answer, and the turn is forgotten.
+        chat.messages.pop()
+        print(f"(stopped while reading the prompt: {e})", file=sys.stderr, flush=True)
+        return
     finally:
         ctrl.answering = False
     chat.finish(gen)

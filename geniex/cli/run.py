@@ -29,6 +29,8 @@ def register(sub):
     add_chat_flags(p)
     p.add_argument("--spec-trace", metavar="FILE", help="not available through the server: use `geniex infer --spec-trace`")
     p.add_argument("--host", default=None, help=f"the server's HOST:PORT (env GENIEX_HOST, default {DEFAULT_HOST})")
+    p.add_argument("--api-key", default=None,
+                   help="the server's API key, sent as `Authorization: Bearer KEY` (env GENIEX_API_KEY)")
     add_model_flags(p)
     p.set_defaults(func=run)
 
@@ -36,11 +38,13 @@ def register(sub):
 class Client:
     """The few calls ``run`` makes to the server, with errors turned into GenieXError."""
 
-    def __init__(self, host):
+    def __init__(self, host, api_key=None):
         import requests
         self._requests = requests
         self.base = host if host.startswith(("http://", "https://")) else f"http://{host}"
         self.session = requests.Session()
+        if api_key:
+            self.session.headers["Authorization"] = f"Bearer {api_key}"
 
     def _call(self, method, path, **kw):
         try:
@@ -118,7 +122,8 @@ def run(args):
     if args.threads:
         print("note: --threads applies to `geniex infer`; the server picks its own threads", file=sys.stderr)
     prompts = console.prompts(args)
-    client = Client(args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST)
+    client = Client(args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST,
+                    args.api_key or os.environ.get("GENIEX_API_KEY"))
     model_id = client.model_id(_as_server_name(args.model or DEMO_NAME))
     fields = request_fields(args, model_id)
     client.warm_up(fields)

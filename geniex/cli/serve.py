@@ -22,7 +22,24 @@ def register(sub):
                    help="default compute: cpu, gpu, npu, hybrid or devices like HTP0,HTP1 (default: best available)")
     p.add_argument("-ctk", "--cache-type-k", default="q8_0", help="default KV cache type for K (default q8_0)")
     p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
-    p.add_argument("--origins", default="*", help="CORS: allowed origins, comma separated (default *)")
+    sec = p.add_argument_group("security and limits (README: Local server, Security)")
+    sec.add_argument("--origins", default="",
+                     help="web page origins allowed to call the server (CORS), comma separated, e.g. "
+                          "http://localhost:3000; * = any (default: none)")
+    sec.add_argument("--allowed-hosts", default="",
+                     help="Host header names accepted besides loopback names and the bound address, comma "
+                          "separated (defeats DNS rebinding); * = any (default: none)")
+    sec.add_argument("--api-key", default=None,
+                     help="require `Authorization: Bearer KEY` on /v1 requests (env GENIEX_API_KEY; default: none)")
+    sec.add_argument("--allow-paths", action="store_true",
+                     help="let requests load GGUF files by path (default: stored models only)")
+    sec.add_argument("--max-body", default="8M",
+                     help="largest request body, e.g. 512K, 8M (default 8M; larger gets 413)")
+    sec.add_argument("--max-queue", type=int, default=8,
+                     help="requests that may wait for the model (default 8; more get 503 with Retry-After)")
+    sec.add_argument("--memory-budget", default=None,
+                     help="KV cache memory a context may take, e.g. 2G (env GENIEX_MEMORY_BUDGET; default "
+                          "half the machine's memory); larger nctx gets 400")
     p.set_defaults(func=run)
 
 
@@ -47,8 +64,11 @@ def run(args):
     from geniex.server.answering import Defaults
     from geniex.server.app import ServerConfig
     from geniex.server.serving import serve
+    from geniex.engine.limits import parse_size
     if args.nctx < 1:
         raise UsageError(f"--nctx must be a positive number of tokens (got {args.nctx})")
+    if not 0 <= args.max_queue <= 256:
+        raise UsageError(f"--max-queue must be between 0 and 256 (got {args.max_queue})")
     # Load the llama.cpp library now: without one, say what to get before listening,
     # rather than answering every request with the same error.
     from geniex.llama import library
@@ -57,5 +77,9 @@ def run(args):
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
                                             cache_type_v=ggml_name(args.cache_type_v)),
-                          origins=args.origins)
+                          origins=args.origins, allowed_hosts=args.allowed_hosts,
+                          api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
+                          allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),
+                          max_queue=args.max_queue,
+                          memory_budget=parse_size(args.memory_budget) if args.memory_budget else None)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST)

@@ -23,7 +23,7 @@ from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
 from geniex.errors import ContextLengthExceeded
-from geniex.llama.kv import PrefillCancelled, prefill
+from geniex.llama.kv import prefill
 from geniex.speculative.drafters.base import EMPTY, NO_DRAFTER
 from geniex.speculative.policy import FixedPolicy
 
@@ -122,13 +122,7 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
     stats = stats if stats is not None else Stats()
     t_start = time.perf_counter()
     history = list(prompt_tokens)
-    try:
-        row = _prefill_prompt(ctx, kv, batch, history, cancel, stats)
-    except PrefillCancelled as e:
-        kv.tokens = history[:e.pos]
-        stats.stop_reason = "user"
-        yield Step(0, e.pos, -1, [], None, "", [], 0, [], "", 0.0, 0.0, "user")
-        return
+    row = _prefill_prompt(ctx, kv, batch, history, cancel, stats)   # errors.Cancelled: client gone
     n_past = len(history) - 1
     drafter.begin(history, n_past, row)
     answer = Answer(opts, vocab, ctx.n_vocab, history)

@@ -6,6 +6,8 @@ This is a small reader of our own, not ``gguf.GGUFReader``, because that one dec
 every vocabulary string into numpy objects (seconds for a 49k vocab) where we need
 milliseconds: large arrays are skipped, and only their length is kept.
 """
+import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +92,33 @@ class _Cursor:
         raise ModelLoadError(f"{self.path}: corrupt GGUF header (unknown value type {vtype})")
 
 
+def open_regular(path):
+    """``path`` opened for binary reading, only if it is a regular file.
+
+    A FIFO blocks ``open()`` until a writer comes and a device may never end, so both
+    are refused before opening; the file is opened non-blocking and checked again on
+    the open descriptor, so one swapped in meanwhile cannot block us either.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ModelLoadError(f"no such model file: {path}") from None
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
+    if stat.S_ISDIR(mode):
+        raise ModelLoadError(f"{path} is a folder, not a model file")
+    if not stat.S_ISREG(mode):
+        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it")
+    return os.fdopen(fd, "rb")
+
+
 class ArrayLength(int):
     """Stands for a long metadata array (e.g. the vocabulary) by its length."""
 
@@ -101,13 +130,10 @@ def read_header(path):
     truncated one.
     """
     path = Path(path)
-    if not path.exists():
-        raise ModelLoadError(f"no such model file: {path}")
-    if not path.is_file():
-        raise ModelLoadError(f"{path} is not a file")
-    size = path.stat().st_size
+    f = open_regular(path)
+    size = os.fstat(f.fileno()).st_size
     try:
-        with open(path, "rb") as f:
+        with f:
             cur = _Cursor(f, path)
             if f.read(4) != MAGIC:
                 raise ModelLoadError(f"{path} is not a GGUF model file (bad magic bytes)")

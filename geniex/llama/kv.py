@@ -5,14 +5,7 @@ model's cache following the committed history) keep a list of the tokens their K
 cache holds and bring it up to date the same way: keep the longest shared prefix,
 trim the rest, decode what is new in batch-sized chunks.
 """
-
-
-class PrefillCancelled(Exception):
-    """A prefill stopped by its ``cancel`` check; ``pos`` positions are in the cache."""
-
-    def __init__(self, pos):
-        super().__init__(f"cancelled after {pos} positions")
-        self.pos = pos
+from geniex.errors import Cancelled
 
 
 def common_prefix(a, b, start=0):
@@ -29,15 +22,15 @@ def prefill(ctx, batch, tokens, start, end, cancel=None):
 
     Returns the batch row of the last decoded token (its output is on), or None when
     nothing was decoded. ``cancel()`` is checked before each chunk: a long prompt whose
-    client went away stops there with :class:`PrefillCancelled` (the positions decoded
-    so far stay in the cache).
+    client went away stops there with :class:`~geniex.errors.Cancelled` (the positions
+    decoded so far are trimmed by the next :meth:`KvHistory.sync`).
     """
     row = None
     pos = start
     step = min(ctx.n_batch, batch.capacity)
     while pos < end:
         if cancel is not None and cancel():
-            raise PrefillCancelled(pos)
+            raise Cancelled(pos - start, end - start)
         n = min(step, end - pos)
         ctx.decode(batch.fill(tokens[pos:pos + n], pos))
         row = n - 1

@@ -10,12 +10,13 @@ import os
 from dataclasses import dataclass
 
 from geniex import profile
+from geniex.engine import limits
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, open_session
+from geniex.errors import Cancelled, ContextLengthExceeded, GenieXError, ModelNotFound, UsageError
 from geniex.llama.devices import chosen_names
-from geniex.errors import ContextLengthExceeded, GenieXError, ModelNotFound, UsageError
 from geniex.speculative import options as spec_options
 from geniex.speculative.options import SpecOptions
 from geniex.server.cache import CacheKey
@@ -26,6 +27,8 @@ log = logging.getLogger("geniex.server")
 CHAT_MAX_TOKENS = 2048          # max_completion_tokens default (GenieX)
 COMPLETION_MAX_TOKENS = 16      # /v1/completions max_tokens default (OpenAI)
 NEVER_DOWNLOADS = "(the server never downloads models)"
+STORE_ONLY = ("this server loads models from its store only: name one like org/repo[:precision] "
+              "(see GET /v1/models); start it with `geniex serve --allow-paths` to load GGUF files by path")
 
 
 @dataclass
@@ -96,20 +99,23 @@ class Answer:
 class Answerer:
     """Turns request bodies into :class:`Answer` objects (or a warm-up's None)."""
 
-    def __init__(self, store, cache, defaults=None):
+    def __init__(self, store, cache, defaults=None, allow_paths=False, memory_budget=None):
         self.store = store
         self.cache = cache
         self.defaults = defaults or Defaults()
+        self.allow_paths = allow_paths          # requests may name GGUF files by path
+        self.memory_budget = memory_budget      # KV cache bytes (None: limits.default_budget())
 
     # -- the two routes --------------------------------------------------------------
     def chat(self, body, keep_cache, cancel):
         """``/v1/chat/completions``: None for a warm-up (empty ``messages``), else an Answer."""
         target = self._target(body["model"])
+        body = self._sized(body, target)
         spec = self._spec(body)
         warm_up = not body["messages"]
         if not warm_up:
             messages, warnings = chat_messages(body["messages"], target, bool(spec.types))
-        lease = self._lease(body, target, spec)
+        lease = self._lease(body, target, spec, cancel)
         if warm_up:
             lease.release()
             return None
@@ -131,8 +137,9 @@ class Answerer:
     def complete(self, body, keep_cache, cancel):
         """``/v1/completions``: the raw prompt, no template, no drafting."""
         target = self._target(body["model"])
+        body = self._sized(body, target)
         prompt = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
-        lease = self._lease(body, target, None)
+        lease = self._lease(body, target, None, cancel)
         try:
             session = lease.session
             if not keep_cache:
@@ -148,11 +155,35 @@ class Answerer:
         return _start(lease, generation, target.name, [], "prompt")
 
     # -- pieces ------------------------------------------------------------------------
-    def _target(self, name):
+    def resolve(self, name, param="model"):
+        """``name`` as the store resolves it, by path only with ``allow_paths``. Every
+        failure is a 404 whose message depends on the name alone when paths are off,
+        so a request learns nothing about files outside the store."""
         try:
-            target = self.store.resolve(name)
+            return self.store.resolve(name, paths=self.allow_paths)
         except ModelNotFound as e:
-            raise ApiError(404, f"{e} {NEVER_DOWNLOADS}", param="model", code="model_not_found") from None
+            message = f"{e} {NEVER_DOWNLOADS}"
+        except GenieXError as e:            # a path that is not a (regular) GGUF file
+            message = str(e)
+        if not self.allow_paths and _looks_like_path(name):
+            message = f"{name}: {STORE_ONLY}"
+        raise ApiError(404, message, param=param, code="model_not_found")
+
+    def _sized(self, body, target):
+        """``body`` with the context size checked against the model's trained context and
+        the memory budget (limits.context_size): a requested ``nctx`` beyond them is a
+        400; the server's default is cut down to the trained context."""
+        explicit = body.get("nctx") is not None
+        nctx = _get(body, "nctx", self.defaults.nctx)
+        try:
+            fitted = limits.context_size(target, nctx, explicit=explicit, budget=self.memory_budget,
+                                         field="nctx" if explicit else "the server's --nctx")
+        except UsageError as e:
+            raise ApiError(400, str(e), param="nctx", code="invalid_value") from None
+        return body if fitted == nctx else {**body, "nctx": fitted}
+
+    def _target(self, name):
+        target = self.resolve(name)
         # open_session refuses these too, but only after the resident model was freed.
         if target.runtime != "llama_cpp":
             raise ApiError(400, f"{target.name} is a {target.runtime} model; this server runs GGUF models "
@@ -170,8 +201,11 @@ class Answerer:
         return spec
 
     def _draft(self, name):
+        if not self.allow_paths and _looks_like_path(name):
+            raise ApiError(404, f"resolve draft model {name}: {STORE_ONLY}", param="spec_draft_model",
+                           code="model_not_found")
         try:
-            return self.store.resolve(name)
+            return self.store.resolve(name, paths=self.allow_paths)
         except ModelNotFound as e:
             if _looks_like_path(name):
                 message = f"resolve draft model {name}: {e}"
@@ -182,13 +216,13 @@ class Answerer:
             raise ApiError(400, f"resolve draft model {name}: {e}", param="spec_draft_model",
                            code="invalid_value") from None
 
-    def _lease(self, body, target, spec):
+    def _lease(self, body, target, spec, cancel=None):
         d = self.defaults
         options = LoadOptions(nctx=_get(body, "nctx", d.nctx), ngl=_get(body, "ngl", d.ngl),
                               compute=_get(body, "compute", d.compute),
                               cache_type_k=_get(body, "cache_type_k", d.cache_type_k).lower(),
                               cache_type_v=_get(body, "cache_type_v", d.cache_type_v).lower(),
-                              spec=spec or SpecOptions())
+                              data_dir=self.store.root, spec=spec or SpecOptions())
         # ``spec=None`` in the key: a completion may use whatever drafter the resident
         # model has (it does not draft), rather than reloading the model without one.
         # Devices are compared as resolved, so "cpu" and an unset compute on a CPU-only
@@ -199,7 +233,7 @@ class Answerer:
             raise ApiError(400, str(e), param="compute", code="invalid_value") from None
         key = CacheKey(target.name, options.nctx, options.ngl, devices,
                        (options.cache_type_k, options.cache_type_v), None if spec is None else spec.key())
-        return self.cache.lease(key, lambda: open_session(target, options))
+        return self.cache.lease(key, lambda: open_session(target, options), cancel)
 
     @staticmethod
     def _gen_options(body, max_tokens):
@@ -217,6 +251,11 @@ class Answerer:
 def _start(lease, generation, model, warnings, field):
     try:
         return Answer(lease, generation, model, warnings)
+    except Cancelled as e:
+        log.info("%s: request cancelled (the client went away or the server is stopping) while its "
+                 "prompt was processed; stopped after %d of %d prompt tokens", model, e.done, e.total)
+        raise ApiError(503, f"the request was cancelled while its prompt was processed ({e})",
+                       code="request_cancelled") from None
     except ContextLengthExceeded as e:
         # The engine's message names the CLI flag; a request sets the field instead.
         raise ApiError(400, str(e).replace("--nctx", "nctx"), param=field, code="context_length_exceeded") from None

@@ -1,23 +1,26 @@
 """The Flask application factory: ``create_app(config)``.
 
 One blueprint per area (``routes/chat``, ``routes/models``, ``routes/docs``), one error
-handler that maps every exception to OpenAI's error shape, CORS headers for the
-configured origins. The engine side lives in ``app.extensions["geniex.answerer"]``
+handler that maps every exception to OpenAI's error shape, and the guards of
+:mod:`geniex.server.guard` (Host, Origin, API key, CORS for listed origins only). The engine side lives in ``app.extensions["geniex.answerer"]``
 (an :class:`~geniex.server.answering.Answerer` with its model cache); whoever serves
 the app closes that cache when the server stops (see :mod:`geniex.server.serving`).
 """
 from dataclasses import dataclass, field
 
-from flask import Flask, jsonify, request
+from flask import Flask, jsonify
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
 from geniex import config as geniex_config
+from geniex.server import guard
 from geniex.server.answering import Answerer, Defaults
 from geniex.server.cache import ModelCache
 from geniex.server.routes import chat, docs, models
-from geniex.server.validation import as_api_error
+from geniex.server.validation import ApiError, as_api_error
 
-CORS_HEADERS = "Content-Type, Authorization, GenieX-KeepCache"
+DEFAULT_MAX_BODY = 8 << 20      # bytes; `geniex serve --max-body`
+DEFAULT_MAX_QUEUE = 8           # requests waiting for the model; `geniex serve --max-queue`
 
 
 class AnyPathConverter(PathConverter):
@@ -34,7 +37,14 @@ class ServerConfig:
     data_dir: object = None            # None = GENIEX_DATADIR or ~/.cache/geniex
     keepalive: float = 300.0
     defaults: Defaults = field(default_factory=Defaults)
-    origins: str = "*"                 # CORS: "*" or a comma list of origins
+    origins: str = ""                  # CORS: none by default; "*" or a comma list of origins
+    allowed_hosts: str = ""            # Host names beyond loopback (comma list; "*" = any)
+    api_key: str = ""                  # Bearer key every /v1 request must carry ("" = none)
+    allow_paths: bool = False          # requests may name GGUF files by path
+    max_body: int = DEFAULT_MAX_BODY   # request body bytes (413 above)
+    max_queue: int = DEFAULT_MAX_QUEUE # requests waiting for the model (503 above)
+    memory_budget: int | None = None   # KV cache bytes a context may take (None: limits' default)
+    bind_host: str = ""                # the address served on (also accepted as a Host)
 
 
 def create_app(config=None, store=None):
@@ -48,29 +58,20 @@ def create_app(config=None, store=None):
     app.url_map.merge_slashes = False   # /v1/models//abs/path.gguf names a file
     app.url_map.converters["anypath"] = AnyPathConverter
     app.config["GENIEX"] = config
-    app.extensions["geniex.answerer"] = Answerer(store, ModelCache(config.keepalive), config.defaults)
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body
+    app.extensions["geniex.answerer"] = Answerer(store, ModelCache(config.keepalive, config.max_queue),
+                                                 config.defaults, allow_paths=config.allow_paths,
+                                                 memory_budget=config.memory_budget)
     for module in (chat, models, docs):
         app.register_blueprint(module.bp)
 
     @app.errorhandler(Exception)
     def error_answer(exc):
+        if isinstance(exc, RequestEntityTooLarge):
+            exc = ApiError(413, f"the request body is larger than this server's limit of {config.max_body} bytes "
+                           "(geniex serve --max-body)", code="request_too_large")
         err = as_api_error(exc)
-        return jsonify(err.body()), err.status
+        return jsonify(err.body()), err.status, err.headers
 
-    allowed = [o.strip() for o in (config.origins or "").split(",") if o.strip()]
-
-    @app.after_request
-    def cors(response):
-        origin = request.headers.get("Origin")
-        if "*" in allowed:
-            response.headers["Access-Control-Allow-Origin"] = "*"
-        elif origin and origin in allowed:
-            response.headers["Access-Control-Allow-Origin"] = origin
-            response.vary.add("Origin")
-        else:
-            return response
-        response.headers["Access-Control-Allow-Headers"] = CORS_HEADERS
-        response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
-        return response
-
+    guard.install(app, config)
     return app

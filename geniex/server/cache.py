@@ -16,6 +16,9 @@ from geniex.server.validation import ApiError
 
 log = logging.getLogger("geniex.server")
 
+RETRY_AFTER = 2     # seconds a client told "busy" should wait before trying again
+POLL = 0.25         # seconds between checks that a waiting request's client is still there
+
 
 class TurnLock:
     """A lock granted in arrival order, so no waiting request is overtaken forever."""
@@ -25,12 +28,26 @@ class TurnLock:
         self._queue = collections.deque()
         self._held = False
 
-    def acquire(self, timeout=None):
-        """Wait for the turn; False if ``timeout`` seconds passed first."""
+    def acquire(self, timeout=None, max_waiting=None, cancel=None):
+        """Wait for the turn; False if ``timeout`` seconds passed first, at once if
+        ``max_waiting`` others are already waiting (a bounded queue), or when
+        ``cancel()`` turns true while waiting (checked every :data:`POLL` seconds)."""
         me = object()
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            if max_waiting is not None and (self._held or self._queue) and len(self._queue) >= max_waiting:
+                return False
             self._queue.append(me)
-            ok = self._cond.wait_for(lambda: not self._held and self._queue[0] is me, timeout)
+            ok = False
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                wait = POLL if cancel is not None else left
+                if left is not None and wait is not None:
+                    wait = min(wait, left)
+                ok = self._cond.wait_for(lambda: not self._held and self._queue[0] is me,
+                                         None if wait is None else max(wait, 0))
+                if ok or (left is not None and left <= 0) or (cancel is not None and cancel()):
+                    break
             self._queue.remove(me)
             if ok:
                 self._held = True
@@ -101,8 +118,9 @@ class ModelCache:
     every request, a negative value keeps it until the server stops.
     """
 
-    def __init__(self, keepalive=300.0):
+    def __init__(self, keepalive=300.0, max_queue=None):
         self.keepalive = keepalive
+        self.max_queue = max_queue              # requests that may wait for the turn (None: any)
         self.stopping = threading.Event()      # set at shutdown: answers in flight end
         self._turn = TurnLock()
         self._session = None
@@ -115,11 +133,21 @@ class ModelCache:
         self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
         self._reaper.start()
 
-    def lease(self, key, load):
+    def lease(self, key, load, cancel=None):
         """Wait for our turn, make sure the model for ``key`` is resident (calling
         ``load()`` -> Session if it is not; the previous model is freed first), and
-        return a :class:`Lease` on it."""
-        self._turn.acquire()
+        return a :class:`Lease` on it. When ``max_queue`` requests are already waiting,
+        raises a 503 with ``Retry-After`` at once instead of queueing without bound.
+        ``cancel()`` turning true while waiting (the client left) gives up the place."""
+        if not self._turn.acquire(max_waiting=self.max_queue, cancel=cancel):
+            if cancel is not None and cancel():
+                log.info("request cancelled (the client went away or the server is stopping) while it "
+                         "waited for the model")
+                raise ApiError(503, "the request was cancelled while it waited for the model",
+                               code="request_cancelled")
+            log.warning("queue full (%d waiting): answered 503", self.max_queue)
+            raise ApiError(503, f"the server is busy: {self.max_queue} requests are already waiting for the "
+                           "model; retry later", code="server_busy", headers={"Retry-After": str(RETRY_AFTER)})
         try:
             if self.stopping.is_set():
                 raise ApiError(503, "the server is shutting down", code="shutting_down")

@@ -31,6 +31,11 @@ requests are answered one at a time. The model is reloaded when `model`, `nctx`,
 Header `GenieX-KeepCache: true` keeps the KV cache of the previous request, so a
 follow-up turn decodes only its new tokens; without it each request starts clean.
 
+Security defaults: no CORS unless `--origins` lists origins, a `Host` header other than
+a loopback name needs `--allowed-hosts`, requests name stored models only (unless
+`--allow-paths`), and with `--api-key` every `/v1` request carries
+`Authorization: Bearer <key>` (use the Authorize button here).
+
 Draft acceptance is in `usage.completion_tokens_details` (accepted/rejected prediction
 tokens) and in llama.cpp-style `timings` (`draft_n`, `draft_n_accepted`).
 """
@@ -72,6 +77,11 @@ def _json(ref):
 def _operation(summary, request_schema, response, streamed):
     op = {"summary": summary, "responses": {}}
     ok = {"description": "OK", "content": _json(response)}
+    if response == "ChatCompletion":
+        # A warm-up (empty ``messages``) loads the model and answers ``null``.
+        ok["description"] = "OK (`null` for a warm-up: empty `messages`)"
+        ok["content"]["application/json"]["schema"] = {
+            "anyOf": [{"$ref": "#/components/schemas/ChatCompletion"}, {"type": "null"}]}
     if streamed:
         ok["content"]["text/event-stream"] = {
             "schema": {"type": "string", "description":
@@ -84,7 +94,16 @@ def _operation(summary, request_schema, response, streamed):
                              "description": "`true` keeps the KV cache from the previous request."}]
         op["responses"]["400"] = {"description": "Invalid request, or the prompt does not fit "
                                   "(`context_length_exceeded`)", "content": _json("Error")}
+        op["responses"]["413"] = {"description": "The request body is larger than `geniex serve --max-body`",
+                                  "content": _json("Error")}
+        op["responses"]["503"] = {"description": "The queue is full (`--max-queue`; see `Retry-After`), or "
+                                  "the server is stopping", "content": _json("Error")}
     op["responses"]["404"] = {"description": "Model (or draft model) not in the store", "content": _json("Error")}
+    op["responses"]["401"] = {"description": "Missing or wrong API key (a server started with `--api-key`)",
+                              "content": _json("Error")}
+    op["responses"]["403"] = {"description": "Host or Origin not allowed (`--allowed-hosts`, `--origins`)",
+                              "content": _json("Error")}
+    op["security"] = [{"bearerAuth": []}, {}]
     return op
 
 
@@ -100,10 +119,15 @@ def document():
                  "description": "`org/repo[:precision]`"})
         if path == "/health" or path == "/v1/models":
             op["responses"].pop("404")
+        if path == "/health":           # open without the API key
+            op["responses"].pop("401")
+            op.pop("security")
         paths.setdefault(path, {})[method] = op
     return {
         "openapi": "3.1.0",
         "info": {"title": "geniex local server", "version": __version__, "description": DESCRIPTION},
         "paths": paths,
-        "components": {"schemas": components()},
+        "components": {"schemas": components(), "securitySchemes": {"bearerAuth": {
+            "type": "http", "scheme": "bearer",
+            "description": "Needed only when the server runs with `--api-key` / `GENIEX_API_KEY`."}}},
     }

@@ -1,21 +1,25 @@
 """Serving the app with waitress until Ctrl-C / SIGTERM, then stopping cleanly:
 the answer in flight ends at its next step, worker threads finish, the model is freed.
 """
+import json
 import logging
 import signal
 import threading
 
 import waitress
+from waitress.channel import HTTPChannel
+from waitress.task import ErrorTask
 
 from geniex.errors import UsageError
 from geniex.server import DEFAULT_HOST
 from geniex.server.app import create_app
+from geniex.server.guard import is_loopback
 
 log = logging.getLogger("geniex.server")
 
-# Enough workers that requests queued behind the one being answered wait for the
-# model (the cache serves them in turn) instead of waiting for a free thread.
-THREADS = 8
+# Worker threads beyond the answering one and the queue (--max-queue): /health, the
+# docs and the quick 503s of a full queue always find a free thread.
+SPARE_THREADS = 3
 
 
 def parse_host(value):
@@ -28,12 +32,39 @@ def parse_host(value):
     return host, int(port)
 
 
-def make_server(app, host, port):
+class _JsonErrorTask(ErrorTask):
+    """Waitress's own refusals (a malformed header, a body over its limit) in OpenAI's
+    error shape, like every answer of the app, instead of plain text."""
+
+    def execute(self):
+        e = self.request.error
+        body = json.dumps({"error": {
+            "message": f"{e.reason}: {' '.join(str(e.body).split())}", "type": "invalid_request_error",
+            "param": None, "code": e.reason.lower().replace(" ", "_")}}).encode()
+        self.status = f"{e.code} {e.reason}"
+        self.response_headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
+class _Channel(HTTPChannel):
+    error_task_class = _JsonErrorTask
+
+
+def make_server(app, host, port, config):
     """A waitress server for ``app`` (not yet running). ``channel_request_lookahead``
     keeps reading a connection while its request runs, which is how waitress notices
-    a client that went away (``waitress.client_disconnected``)."""
-    return waitress.create_server(app, host=host, port=port, threads=THREADS,
-                                  channel_request_lookahead=4, ident="geniex")
+    a client that went away (``waitress.client_disconnected``). Waitress's own body
+    limit sits above the app's (``MAX_CONTENT_LENGTH``, which answers a JSON 413)."""
+    server = waitress.create_server(app, host=host, port=port, threads=config.max_queue + 1 + SPARE_THREADS,
+                                    channel_request_lookahead=4, ident="geniex",
+                                    max_request_body_size=2 * config.max_body + 65536)
+    # One listening socket, or several (a name that resolved to several addresses).
+    for listener in [server, *getattr(server, "map", {}).values()]:
+        if hasattr(listener, "channel_class"):
+            listener.channel_class = _Channel
+    return server
 
 
 def address(server):
@@ -48,10 +79,11 @@ def address(server):
 def serve(config, host_value, announce=print):
     """Run the server in this (main) thread until interrupted; returns 0."""
     host, port = parse_host(host_value)
+    config.bind_host = host
     app = create_app(config)
     cache = app.extensions["geniex.answerer"].cache
     try:
-        server = make_server(app, host, port)
+        server = make_server(app, host, port, config)
     except OSError as e:
         raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
@@ -67,6 +99,9 @@ def serve(config, host_value, announce=print):
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, stop)
+    if not is_loopback(host) and not config.api_key:
+        log.warning("listening on %s, beyond this machine, with no API key: anyone who can reach it can "
+                    "use the server; set --api-key or GENIEX_API_KEY", host)
     announce(f"geniex server listening on {address(server)} (docs: {address(server)}/docs/); Ctrl-C to stop",
              flush=True)
     try:

@@ -42,12 +42,13 @@ _TYPES = {404: "not_found_error", 503: "service_unavailable_error"}
 class ApiError(Exception):
     """An error answer: HTTP status, message, and OpenAI's ``param`` / ``code``."""
 
-    def __init__(self, status, message, param=None, code=None):
+    def __init__(self, status, message, param=None, code=None, headers=None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.headers = dict(headers or {})     # e.g. Retry-After, Allow, WWW-Authenticate
 
     def body(self):
         """The JSON body in OpenAI's error shape."""
@@ -69,9 +70,17 @@ def _validator(name):
     registry = Registry().with_resources(
         (file, Resource.from_contents(schema)) for file, schema in schemas().items())
     schema = schemas()[name]
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema, registry=registry)
+    base = jsonschema.validators.validator_for(schema)
+    base.check_schema(schema)
+    # JSON Schema counts 2048.0 as an integer; the engine would get a float where it
+    # needs an int (range(), ctypes). An integer field takes integers only.
+    strict = jsonschema.validators.extend(
+        base, type_checker=base.TYPE_CHECKER.redefine("integer", _is_integer))
+    return strict(schema, registry=registry)
+
+
+def _is_integer(checker, instance):
+    return isinstance(instance, int) and not isinstance(instance, bool)
 
 
 def validate(body, schema_name):
@@ -106,7 +115,10 @@ def _explain(error):
         return "required field is missing"
     if error.validator == "type":
         wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        return f"expected {' or '.join(wanted)}, got {_json_type(error.instance)} {json.dumps(error.instance)[:60]}"
+        text = f"expected {' or '.join(wanted)}, got {_json_type(error.instance)} {json.dumps(error.instance)[:60]}"
+        if "integer" in wanted and isinstance(error.instance, float) and error.instance.is_integer():
+            text += f" (write {int(error.instance)}, without a decimal point)"
+        return text
     if error.validator == "enum":
         return f"expected one of {', '.join(json.dumps(v) for v in error.validator_value)}, got {json.dumps(error.instance)[:60]}"
     return error.message
@@ -137,8 +149,10 @@ def as_api_error(exc):
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, HTTPException):
+        # Keep the headers the status needs (405's Allow).
+        headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
         return ApiError(exc.code or 500, f"{exc.name}: {exc.description}",
-                        code=exc.name.lower().replace(" ", "_"))
+                        code=exc.name.lower().replace(" ", "_"), headers=headers)
     for kind, status, code in _STATUS:
         if isinstance(exc, kind):
             return ApiError(status, str(exc), code=code)

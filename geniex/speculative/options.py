@@ -88,7 +88,8 @@ FIELDS = (
     Field("types", "--spec-type", "spec_type", tuple, (), "all",
           "speculative decoding: a comma list of " + ", ".join(METHODS) + " (default off)"),
     Field("draft_model", "--draft-model", "spec_draft_model", str, "", "model",
-          "draft model: a stored name org/repo[:precision] or a GGUF path"),
+          "draft model: a stored name org/repo[:precision], or a GGUF path (a server accepts paths "
+          "only when started with --allow-paths)"),
     Field("n_max", "--draft-tokens", "spec_n_max", int, 3, "model",
           "most tokens a draft model proposes per step", 1, MAX_DRAFT),
     Field("n_min", "--draft-min", "spec_n_min", int, 0, "model",

@@ -69,9 +69,14 @@ def check_vocab_pair(target_vocab, draft_vocab, target_name, draft_name):
 
     Checked like upstream llama.cpp: same specials and add-BOS behaviour, sizes within
     128, and the same text for every token id both have (from id 5, where tokenizers
-    keep their specials). Raises SpecSetupError naming the first difference.
+    keep their specials). Unlike upstream, the draft's vocabulary may not be larger:
+    it could propose ids the target has no row for. Raises SpecSetupError naming the first difference.
     """
     where = f"draft {draft_name} cannot draft for {target_name}"
+    if draft_vocab.n_tokens > target_vocab.n_tokens:
+        # The draft could propose ids the target has no row for (llama_decode fails).
+        raise SpecSetupError(f"{where}: the draft's vocabulary has {draft_vocab.n_tokens} tokens, more "
+                             f"than the target's {target_vocab.n_tokens}")
     if abs(target_vocab.n_tokens - draft_vocab.n_tokens) > 128:
         raise SpecSetupError(f"{where}: vocabulary sizes differ ({draft_vocab.n_tokens} vs "
                              f"{target_vocab.n_tokens} tokens)")

@@ -64,12 +64,19 @@ class Manifest:
             path.unlink(missing_ok=True)
             return
         tmp = path.with_name(f"{MANIFEST}.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(self.data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.data, f, indent=2, sort_keys=True)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            # A full disk (or a read-only one): the old manifest stays as it was, and
+            # no half-written temp file is left behind.
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot write {path}: {e.strerror or e}; the store is unchanged "
+                             "(free some space and try again)") from None
 
     name = property(lambda self: self.data["name"])
     runtime = property(lambda self: self.data["runtime"])

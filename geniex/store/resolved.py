@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from geniex.errors import ModelLoadError, ModelNotFound
+from geniex.llama.gguf_file import open_regular
 from geniex.store.classify import LLAMA_CPP, LLM, is_mtp
 from geniex.store.names import precision_of, shard_of
 
@@ -50,11 +51,12 @@ def from_gguf_path(path):
         raise ModelNotFound(f"no such file: {path}")
     if path.is_dir():
         raise ModelNotFound(f"{path} is a folder; give the .gguf file to load, or register the folder with `geniex pull ORG/REPO --local-path {path}`")
-    try:
-        with open(path, "rb") as f:
+    # A FIFO or device would block the read below: refused before it is opened.
+    with open_regular(path) as f:
+        try:
             magic = f.read(4)
-    except OSError as e:
-        raise ModelLoadError(f"cannot read {path}: {e.strerror}") from None
+        except OSError as e:
+            raise ModelLoadError(f"cannot read {path}: {e.strerror}") from None
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path} is not a GGUF file")
     files = [path]

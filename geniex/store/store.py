@@ -40,13 +40,23 @@ class Store:
 
     # -- finding models -------------------------------------------------------------
 
-    def resolve(self, name_or_path, pull_missing=False, out=sys.stderr):
+    def resolve(self, name_or_path, pull_missing=False, out=sys.stderr, paths=True):
         """The model a name or path refers to, as a ResolvedModel.
 
         Raises ModelNotFound saying how to get it. With ``pull_missing`` a model name
-        missing from the store is pulled first (``infer`` does this).
+        missing from the store is pulled first (``infer`` does this). ``paths=False``
+        (the server's default) resolves store names only and never looks at the file
+        system outside the store, whatever the text.
         """
         text = str(name_or_path).strip()
+        if not paths:
+            try:
+                name = _parse(text)
+            except UsageError as e:
+                raise ModelNotFound(f"{e}; only stored models can be named here") from None
+            if demo.is_demo_name(name.org, name.repo):
+                return self._resolve_demo(name)
+            return self._resolve_stored(name)
         path = _as_path(text)
         if path is None:
             try:

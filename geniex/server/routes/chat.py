@@ -1,8 +1,8 @@
 """``POST /v1/chat/completions`` and ``POST /v1/completions``."""
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from geniex.server import shapes, sse
-from geniex.server.validation import ApiError, as_api_error, validate
+from geniex.server import body as body_json, shapes, sse
+from geniex.server.validation import as_api_error, validate
 
 bp = Blueprint("chat", __name__)
 
@@ -10,10 +10,9 @@ KEEP_CACHE_HEADER = "GenieX-KeepCache"
 
 
 def _body():
-    body = request.get_json(silent=True)
-    if body is None and request.get_data():
-        raise ApiError(400, "the request body is not valid JSON", code="invalid_json")
-    return body
+    # Strict JSON (no NaN/Infinity, no lone surrogates, bounded nesting); the size was
+    # bounded by MAX_CONTENT_LENGTH (413) when the body was read.
+    return body_json.parse(request.get_data())
 
 
 def _keep_cache():

@@ -1,9 +1,7 @@
 """``GET /v1/models`` and ``GET /v1/models/{model}``: what the store holds."""
 from flask import Blueprint, current_app, jsonify
 
-from geniex.errors import GenieXError, ModelNotFound
-from geniex.server.answering import NEVER_DOWNLOADS
-from geniex.server.validation import ApiError
+from geniex.errors import GenieXError
 
 bp = Blueprint("models", __name__)
 
@@ -37,12 +35,9 @@ def list_models():
 
 @bp.get("/v1/models/<anypath:model>")
 def get_model(model):
-    """One model, by any name the store resolves (``org/repo``, ``org/repo:P``, a GGUF path)."""
-    store = current_app.extensions["geniex.answerer"].store
-    try:
-        found = store.resolve(model)
-    except ModelNotFound as e:
-        raise ApiError(404, f"{e} {NEVER_DOWNLOADS}", param="model", code="model_not_found") from None
-    except GenieXError as e:            # e.g. a path that is not a GGUF file
-        raise ApiError(404, str(e), param="model", code="model_not_found") from None
+    """One model, by any name the store resolves (``org/repo``, ``org/repo:P``; a GGUF path
+    with ``--allow-paths``)."""
+    answerer = current_app.extensions["geniex.answerer"]
+    store = answerer.store
+    found = answerer.resolve(model)     # 404 for anything not a loadable model (answering.resolve)
     return jsonify(_model(found.name, found.runtime, found.type, _created(store, found.name)))

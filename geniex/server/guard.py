@@ -1,0 +1,123 @@
+"""Who may talk to the server: checks made before any route runs.
+
+A local server is reachable by every web page the user opens, so by default:
+
+- **Host**: the ``Host`` header must be a loopback name (``localhost``, ``127.0.0.1``,
+  ``[::1]``, ``*.localhost``), the address the server was bound to, or one of
+  ``--allowed-hosts``. This defeats DNS rebinding, where an attacker's domain is made
+  to resolve to 127.0.0.1 and the page then talks to us "same-origin". 403 otherwise.
+- **Origin**: a browser request from another origin (its ``Origin`` header names a
+  site other than this server) is refused unless that origin is listed in
+  ``--origins``, so a page cannot post even the "simple" requests CORS lets through
+  without a preflight. CORS headers are sent only for listed origins (none by default).
+- **API key** (``--api-key`` / ``GENIEX_API_KEY``): every ``/v1/`` request must carry
+  ``Authorization: Bearer <key>`` (compared in constant time); 401 in OpenAI's shape.
+  The docs page, ``/openapi.json`` and ``/health`` stay open, so the Swagger page loads
+  and its Authorize button takes the key.
+"""
+import hmac
+import ipaddress
+from urllib.parse import urlsplit
+
+from flask import request
+
+from geniex.server.validation import ApiError
+
+CORS_HEADERS = "Content-Type, Authorization, GenieX-KeepCache"
+OPEN_PATHS = ("/", "/docs", "/openapi.json", "/health")
+
+
+def split_list(text):
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``."""
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def host_name(host):
+    """``"Example.COM:8080"`` -> ``"example.com"``; ``"[::1]:80"`` -> ``"::1"``."""
+    host = (host or "").strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+def is_loopback(name):
+    """Whether a bare host name or address (no port) means this machine only."""
+    name = (name or "").strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class Guard:
+    """The checks of the module doc, from a ServerConfig."""
+
+    def __init__(self, config):
+        self.origins = split_list(config.origins)
+        self.hosts = {host_name(h) for h in split_list(config.allowed_hosts)}
+        bind = host_name(config.bind_host) if config.bind_host else ""
+        if bind and bind not in ("0.0.0.0", "::"):
+            self.hosts.add(bind)
+        self.key = (config.api_key or "").encode()
+
+    def host_allowed(self, host):
+        name = host_name(host)
+        return "*" in self.hosts or is_loopback(name) or name in self.hosts
+
+    def origin_allowed(self, origin):
+        if "*" in self.origins or origin in self.origins:
+            return True
+        # The server's own pages (the Swagger UI) send their own origin.
+        try:
+            return urlsplit(origin).netloc.lower() == (request.host or "").lower()
+        except ValueError:
+            return False
+
+    def check(self):
+        """Before every request: raise an ApiError for a refused one."""
+        if not self.host_allowed(request.host):
+            raise ApiError(403, f"Host {request.host!r} is not allowed: use localhost, or start the server "
+                           "with --allowed-hosts NAME", code="host_not_allowed")
+        origin = request.headers.get("Origin")
+        if origin is not None and not self.origin_allowed(origin):
+            raise ApiError(403, f"requests from the web page origin {origin!r} are not allowed; start the "
+                           "server with --origins to allow it", code="origin_not_allowed")
+        if request.method == "OPTIONS" or not self.key or self._open(request.path):
+            return
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.key):
+            raise ApiError(401, "missing or incorrect API key: send `Authorization: Bearer <key>` (the "
+                           "server's --api-key / GENIEX_API_KEY)", code="invalid_api_key",
+                           headers={"WWW-Authenticate": "Bearer"})
+
+    @staticmethod
+    def _open(path):
+        return path in OPEN_PATHS or path.startswith("/docs/")
+
+    def cors(self, response):
+        """After every request: CORS headers for a listed origin only."""
+        origin = request.headers.get("Origin")
+        if not self.origins:
+            return response
+        if "*" in self.origins:
+            response.headers["Access-Control-Allow-Origin"] = "*"
+        elif origin and origin in self.origins:
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.vary.add("Origin")
+        else:
+            return response
+        response.headers["Access-Control-Allow-Headers"] = CORS_HEADERS
+        response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+        return response
+
+
+def install(app, config):
+    """Run :class:`Guard` before and after every request of ``app``."""
+    guard = Guard(config)
+    app.before_request(guard.check)
+    app.after_request(guard.cors)
+    return guard
