@@ -6,6 +6,8 @@ from geniex.store import classify
 from geniex.store.hub import find_token
 from geniex.store.names import order_precisions, parse_name, precision_of, shard_of
 
+pytestmark = pytest.mark.fast   # needs no model: the fast tier
+
 
 def test_parse_name_normalizes_precision():
     name = parse_name("unsloth/Qwen3-0.6B-GGUF:q4_k_m")

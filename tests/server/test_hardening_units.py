@@ -22,6 +22,8 @@ from geniex.store.errors import StoreError
 from geniex.store.manifest import MANIFEST
 from geniex.store.resolved import from_gguf_path
 
+pytestmark = pytest.mark.fast   # needs no model: the fast tier
+
 
 def rejected(raw):
     with pytest.raises(ApiError) as e:

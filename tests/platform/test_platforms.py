@@ -22,7 +22,7 @@ from geniex.errors import LibraryError
 from geniex.llama import api, devices, library
 from geniex.store.locking import Busy, file_lock
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _wheel_so():
@@ -290,15 +290,15 @@ def test_store_cli_and_server_work_without_fcntl(tmp_path):
     # fixture, tests/serverproc.py), so the shim applies to those processes too.
     # (tests/test_store_cli.py sets its own PYTHONPATH for its subprocesses: not here.)
     proc = _run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-W", "error::UserWarning",
-                 "tests/test_store_store.py", "tests/test_store_names.py",
-                 "tests/test_platforms.py::test_locks_shared_and_exclusive_across_processes",
-                 "tests/test_platforms.py::test_pull_local_checks_the_precision_against_the_gguf",
-                 "tests/test_platforms.py::test_hub_repull_without_precision_says_already_present",
-                 "tests/test_platforms.py::test_remove_says_why_when_a_file_cannot_be_deleted",
-                 "tests/test_platforms.py::test_version_anywhere_on_the_line_reports_the_library",
-                 "tests/test_infer_cli.py::test_version_names_the_library",
-                 "tests/test_server.py::test_health", "tests/test_server.py::test_chat_non_streamed",
-                 "tests/test_server.py::test_models_lists_one_id_per_precision_owned_by_org"],
+                 "tests/store/test_store_store.py", "tests/store/test_store_names.py",
+                 "tests/platform/test_platforms.py::test_locks_shared_and_exclusive_across_processes",
+                 "tests/platform/test_platforms.py::test_pull_local_checks_the_precision_against_the_gguf",
+                 "tests/platform/test_platforms.py::test_hub_repull_without_precision_says_already_present",
+                 "tests/platform/test_platforms.py::test_remove_says_why_when_a_file_cannot_be_deleted",
+                 "tests/platform/test_platforms.py::test_version_anywhere_on_the_line_reports_the_library",
+                 "tests/cli/test_infer_cli.py::test_version_names_the_library",
+                 "tests/server/test_server.py::test_health", "tests/server/test_server.py::test_chat_non_streamed",
+                 "tests/server/test_server.py::test_models_lists_one_id_per_precision_owned_by_org"],
                 env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout

@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.fast   # needs no model: the fast tier
+
 gguf = pytest.importorskip("gguf")
 
-_TOOL = Path(__file__).resolve().parents[1] / "tools" / "tiny_gemma4.py"
+_TOOL = Path(__file__).resolve().parents[2] / "tools" / "tiny_gemma4.py"
 _spec = importlib.util.spec_from_file_location("tiny_gemma4", _TOOL)
 tg = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tg)

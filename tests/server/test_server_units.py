@@ -9,6 +9,8 @@ from geniex.server import sse
 from geniex.server.cache import CacheKey, ModelCache, TurnLock
 from geniex.server.validation import ApiError, as_api_error, field_path, validate
 
+pytestmark = pytest.mark.fast   # needs no model: the fast tier
+
 
 class FakeSession:
     def __init__(self, name):

@@ -8,6 +8,8 @@ from geniex.server import openapi
 from geniex.server.validation import schemas
 from serverproc import Server
 
+pytestmark = pytest.mark.fast   # needs no model: the fast tier
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

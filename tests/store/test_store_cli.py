@@ -13,7 +13,7 @@ from fakehub import fake_hub, make_gguf  # noqa: F401  (fake_hub is a fixture)
 from geniex.store import demo_model_path
 from geniex.store.display import human_size
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPO = "org/Tiny-GGUF"
 BIG = make_gguf("tiny", "Q8_0", floats=65536, seed=3)  # ~260 kB: slow enough to interrupt
 FILES = {"tiny-Q4_0.gguf": make_gguf("tiny", "Q4_0", seed=1), "tiny-Q8_0.gguf": BIG}

@@ -20,7 +20,7 @@ from geniex.errors import GenieXError
 from llamacpp_server import Reference
 from serverproc import Server
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import tiny_gemma4  # noqa: E402
 
 # A template in the style of a model card's: a default system message, the tools

@@ -7,6 +7,8 @@ import pytest
 
 from geniex.engine.template import JinjaTemplate, TemplateFailed, TemplateRefused
 
+pytestmark = pytest.mark.fast   # needs no model: the fast tier
+
 USER = [{"role": "user", "content": "Hi"}]
 
 

@@ -20,7 +20,7 @@ from geniex.speculative.drafters import ngram
 from geniex.speculative.options import NGRAM_DEFAULTS
 from geniex.speculative.build import FALLBACK
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import tiny_nextn  # noqa: E402
 
 PROMPTS = ["the cat sat on", "Once upon a time there was a quiet river near old stone bridge"]

@@ -16,6 +16,8 @@ from geniex.store.hub import Hub
 from geniex.store.locking import file_lock
 from geniex.store.picker import choose_precision
 
+pytestmark = pytest.mark.fast   # needs no model: the fast tier
+
 REPO = "org/Tiny-GGUF"
 FILES = {
     "tiny-Q4_0.gguf": make_gguf("tiny", "Q4_0", seed=1),
