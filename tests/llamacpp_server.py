@@ -6,8 +6,7 @@ its Jinja engine renders from the GGUF's template), ``POST /tokenize`` with
 ``add_special`` (the tokens its chat route decodes) and ``/v1/chat/completions``.
 It runs in its own process, as tools/bench.py runs it, so that its copy of the
 library never shares a process with ours. Settings follow geniex's defaults (n_ubatch
-32, one thread for one-row decodes, the physical cores for batches) so that greedy
-answers can be compared.
+32, every physical core, a q8_0 KV cache) so that greedy answers can be compared.
 
     python tests/llamacpp_server.py MODEL.gguf   # prints the address, serves until stdin closes
 """
@@ -73,8 +72,9 @@ def _serve(model_path):
     p.n_parallel = 1
     p.n_batch = 512
     p.n_ubatch = 32
-    p.cpuparams.n_threads = 1
+    p.cpuparams.n_threads = physical_cores()
     p.cpuparams_batch.n_threads = physical_cores()
+    p.cache_type_k = p.cache_type_v = x.ggml_type.GGML_TYPE_Q8_0
     p.use_jinja = True
     p.hostnames = ["127.0.0.1"]
     p.port = 0

@@ -13,28 +13,27 @@ from geniex.llama.cache_types import TYPES as CACHE_TYPES
 from geniex.speculative import options as spec_options_table
 
 
-def _positive(name):
-    def parse(value):
-        try:
-            n = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} takes a whole number, not {value!r}") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be at least 1 (got {n})")
-        return n
-    return parse
-
-
-def _nonneg(kind, name):
+def _number(kind, name, minimum):
+    """An argparse type: ``kind`` (int or float) of at least ``minimum``, with a message
+    naming the flag."""
     def parse(value):
         try:
             n = kind(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} takes a number, not {value!r}") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{name} must not be negative (got {value})")
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{name} takes {what}, not {value!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be at least {minimum} (got {value})")
         return n
     return parse
+
+
+def _positive(name):
+    return _number(int, name, 1)
+
+
+def _nonneg(kind, name):
+    return _number(kind, name, 0)
 
 
 def _cache_type(name):

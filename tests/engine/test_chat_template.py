@@ -173,7 +173,7 @@ def test_raise_exception_is_a_clear_error_and_the_conversation_is_kept(custom_se
 def test_server_refusal_is_a_400_and_tool_turns_are_accepted(tmp_path, custom_model):
     data = tmp_path / "data"
     data.mkdir()
-    with Server(data, "--nctx", 512) as s:
+    with Server(data, "--nctx", 512, "--allow-paths") as s:
         r = s.chat({"model": str(custom_model), "max_tokens": 2,
                     "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})
         assert r.status_code == 400, r.text

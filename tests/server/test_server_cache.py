@@ -38,16 +38,23 @@ def test_cache_key_is_model_load_and_spec_fields(server):
     # Same key: no reload, whatever the sampling or other fields.
     server.chat({**warm, "temperature": 0.7, "nctx": 2048})
     server.chat(chat_body(max_tokens=2))
+    # Devices compare as resolved: "cpu" is what an unset compute chooses here.
+    server.chat({**warm, "compute": "cpu"})
+    server.chat({**warm, "compute": "CPU", "cache_type_k": "q8_0"})
     assert server.health()["loads"] == loads
     # Each of these is a different key: one reload each.
-    for change in ({"nctx": 1024}, {"ngl": 0}, {"compute": "cpu"}, {"spec_type": "ngram-mod"},
-                   {"spec_type": "ngram-mod", "spec_n_max": 5}, {"spec_type": "ngram-mod", "spec_n_max": 5, "spec_n_min": 1},
-                   {"spec_type": "ngram-mod", "spec_n_max": 5, "spec_n_min": 1, "spec_p_min": 0.5}):
+    for change in ({"nctx": 1024}, {"ngl": 0}, {"cache_type_k": "f16"}, {"spec_type": "ngram-mod"},
+                   {"spec_type": "ngram-mod", "spec_ngram_max": 5},
+                   {"spec_type": "ngram-mod", "spec_ngram_max": 5, "spec_draft_policy": "fixed"}):
         server.chat({**warm, **change})
         loads += 1
         assert server.health()["loads"] == loads, change
         server.chat({**warm, **change})                 # and it stays resident
         assert server.health()["loads"] == loads, change
+    # Settings the chosen method does not read are not part of the key (issue 9).
+    server.chat({**warm, "spec_type": "ngram-mod", "spec_ngram_max": 5, "spec_draft_policy": "fixed",
+                 "spec_n_max": 9, "spec_n_min": 1, "spec_p_min": 0.5})
+    assert server.health()["loads"] == loads
     # Completions never draft: they reuse the resident model whatever its spec setup.
     assert server.health()["speculative"]
     server.post("/v1/completions", {"model": DEMO, "prompt": "Hi", "max_tokens": 1})

@@ -347,7 +347,7 @@ def test_conversation_reuse(tiny, q8):
                                                (q8["aligned"], 1.0, 6)]:
         plain = Session(target, LoadOptions(nctx=1024))
         spec = Session(target, LoadOptions(nctx=1024, spec=SpecOptions(types=("draft-mtp",),
-                                                                       draft_path=draft)))
+                                                                       draft_path=draft, policy="fixed")))
         try:
             answers = []
             for session in (plain, spec):
@@ -469,7 +469,7 @@ def test_cli_verbose_and_trace(tiny, cli, tmp_path):
     target, draft = tiny["aligned"]
     trace = tmp_path / "trace.jsonl"
     proc = cli("infer", target, "-p", PROMPT, "--spec-type", "draft-mtp", "--draft-model", draft,
-               "--nctx", "256", "--verbose", "--spec-trace", trace)
+               "--nctx", "256", "--verbose", "--spec-trace", trace, "--draft-policy", "fixed")
     assert proc.returncode == 0, proc.stderr
     assert "speculative decoding: draft-mtp" in proc.stderr
     assert FALLBACK not in proc.stderr
