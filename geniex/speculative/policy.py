@@ -24,7 +24,7 @@ import statistics
 import time
 
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
-PRIOR = (1.0, 1.0)    # (accepted, rejected) pseudo-counts: a method starts at a = 0.5
+PRIOR = (2.0, 1.0)    # (accepted, rejected) pseudo-counts: a method starts at a = 2/3
 ROWS = (1, 2, 4, 8, 16)
 
 
