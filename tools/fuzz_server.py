@@ -19,8 +19,6 @@ in ``tests/test_hardening_*.py`` cover requests that reach the model.
 import argparse
 import collections
 import json
-import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,23 +27,11 @@ from pathlib import Path
 
 import requests
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from local_server import start_server  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
-
-
-def start_server(data_dir, extra):
-    env = {**os.environ, "GENIEX_DATADIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
-    env.pop("GENIEX_HOST", None)
-    log = open(Path(data_dir) / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "geniex", "--log", "info", "serve", "--host", "127.0.0.1:0",
-                             "--nctx", "512", *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=log, text=True)
-    line = proc.stdout.readline()
-    match = re.search(r"http://127\.0\.0\.1:\d+", line)
-    if not match:
-        proc.kill()
-        raise SystemExit(f"the server did not start: {line!r}")
-    return proc, match.group(0)
 
 
 def count_report(path):
@@ -84,7 +70,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     data = Path(tempfile.mkdtemp(prefix="geniex-fuzz-"))
     report_dir = Path(args.report_dir or data / "report")
-    proc, url = start_server(data, args.server_args)
+    proc, url = start_server(data, args.server_args, 512)
     print(f"server {url} (log: {data / 'server.log'})", flush=True)
     t0 = time.monotonic()
     try:

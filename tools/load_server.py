@@ -15,10 +15,7 @@ import argparse
 import collections
 import concurrent.futures as futures
 import json
-import os
 import random
-import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,6 +23,9 @@ import time
 from pathlib import Path
 
 import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from local_server import start_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = "demo/SmolLM2-135M-Instruct:Q4_1"
@@ -38,20 +38,6 @@ SETTINGS = [
     {"spec_type": "ngram-simple", "spec_ngram_max": 6},
     {"spec_type": "draft-simple", "spec_draft_model": DEMO, "spec_n_max": 4},
 ]
-
-
-def start_server(data_dir, extra):
-    env = {**os.environ, "GENIEX_DATADIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
-    env.pop("GENIEX_HOST", None)
-    log = open(Path(data_dir) / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "geniex", "--log", "info", "serve", "--host", "127.0.0.1:0",
-                             "--nctx", "1024", *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=log, text=True)
-    match = re.search(r"http://127\.0\.0\.1:\d+", proc.stdout.readline())
-    if not match:
-        proc.kill()
-        raise SystemExit("the server did not start")
-    return proc, match.group(0)
 
 
 def body(prompt, settings, max_tokens):
@@ -94,7 +80,7 @@ def main(argv=None):
     if not 1 <= args.clients <= 64 or not 0 < args.seconds <= 3600:
         raise SystemExit("--clients must be 1..64 and --seconds 0..3600")
     data = Path(tempfile.mkdtemp(prefix="geniex-load-"))
-    proc, url = start_server(data, ["--max-queue", str(args.clients)])
+    proc, url = start_server(data, ["--max-queue", str(args.clients)], 1024)
     print(f"server {url} (log: {data / 'server.log'})", flush=True)
     counts = collections.Counter()
     problems = []

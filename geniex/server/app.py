@@ -16,7 +16,7 @@ from geniex import config as geniex_config
 from geniex.server import guard
 from geniex.server.answering import Answerer, Defaults
 from geniex.server.cache import ModelCache
-from geniex.server.routes import chat, docs, models
+from geniex.server.routes import chat, docs, models, spec
 from geniex.server.validation import ApiError, as_api_error
 
 DEFAULT_MAX_BODY = 8 << 20      # bytes; `geniex serve --max-body`
@@ -62,7 +62,7 @@ def create_app(config=None, store=None):
     app.extensions["geniex.answerer"] = Answerer(store, ModelCache(config.keepalive, config.max_queue),
                                                  config.defaults, allow_paths=config.allow_paths,
                                                  memory_budget=config.memory_budget)
-    for module in (chat, models, docs):
+    for module in (chat, models, spec, docs):
         app.register_blueprint(module.bp)
 
     @app.errorhandler(Exception)

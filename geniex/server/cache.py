@@ -163,6 +163,22 @@ class ModelCache:
             self._give_back()
             raise
 
+    def forget_drafts(self, cancel=None):
+        """Make the resident model's drafters forget what they learned from earlier answers
+        (n-gram memory), in turn with the answers; returns the model's name, or None when
+        no model is resident."""
+        if not self._turn.acquire(max_waiting=self.max_queue, cancel=cancel):
+            raise ApiError(503, "the server is busy; retry later", code="server_busy",
+                           headers={"Retry-After": str(RETRY_AFTER)})
+        try:
+            session = self._session
+            if session is None:
+                return None
+            session.reset(drafts=True)
+            return session.name
+        finally:
+            self._turn.release()
+
     def status(self):
         """What /health reports about the resident model."""
         session = self._session

@@ -20,6 +20,8 @@ ROUTES = [
     ("get", "/v1/models", "Models in the store, one entry per precision", None, "ModelList", None),
     ("get", "/v1/models/{model}", "One stored model", None, "Model", None),
     ("get", "/health", "Server status and the resident model", None, "Health", None),
+    ("post", "/v1/spec/reset", "Forget what drafting learned from earlier answers (n-gram memory)",
+     None, "SpecReset", None),
 ]
 
 DESCRIPTION = """\
@@ -117,7 +119,7 @@ def document():
             op.setdefault("parameters", []).append(
                 {"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
                  "description": "`org/repo[:precision]`"})
-        if path == "/health" or path == "/v1/models":
+        if path in ("/health", "/v1/models", "/v1/spec/reset"):
             op["responses"].pop("404")
         if path == "/health":           # open without the API key
             op["responses"].pop("401")

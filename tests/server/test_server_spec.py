@@ -110,3 +110,22 @@ def test_mismatched_mtp_pair_falls_back_without_crashing(server, tiny):
     r = server.chat(body)
     assert r.status_code == 200 and not server.health()["speculative"]
     assert server.chat(chat_body(max_tokens=2)).status_code == 200        # the server lives on
+
+
+def test_ngram_memory_lasts_across_requests_until_reset(server):
+    """An agent that sends the same request again gets the earlier answer as drafts (the
+    n-gram memory lives with the loaded model); POST /v1/spec/reset forgets it; the
+    answer never changes."""
+    body = {**chat_body("Write a short poem about the sea.", max_tokens=40),
+            "spec_type": "ngram-mod", "spec_draft_policy": "fixed"}
+    server.post("/v1/spec/reset", {})
+    first = server.chat(body).json()
+    again = server.chat(body).json()
+    assert server.post("/v1/spec/reset", {}).json() == {
+        "object": "spec.reset", "model": DEMO, "reset": True}
+    fresh = server.chat(body).json()
+    texts = {r["choices"][0]["message"]["content"] for r in (first, again, fresh)}
+    assert len(texts) == 1
+    remembered = again["usage"]["timings"]["draft_n_accepted"]
+    assert remembered > fresh["usage"]["timings"]["draft_n_accepted"]
+    assert remembered >= again["usage"]["completion_tokens"] // 2
