@@ -26,6 +26,8 @@ import time
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
 PRIOR = (2.0, 1.0)    # (accepted, rejected) pseudo-counts: a method starts at a = 2/3
 ROWS = (1, 2, 4, 8, 16)
+EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
+COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
 
 
 class FixedPolicy:
@@ -56,6 +58,7 @@ class GainPolicy:
         self.one_row = max(one_row_seconds, 1e-6)
         self.stats = {}                           # method -> [accepted, rejected, draft cost d]
         self.last_k = 0
+        self.steps = 0
 
     def _state(self, method):
         st = self.stats.get(method)
@@ -77,11 +80,18 @@ class GainPolicy:
         return best_k
 
     def cap(self, room):
-        """How much a drafter may draft this step: one past the best length of any method
-        it has used (the extra token lets a cut draft still teach the policy)."""
+        """How much a drafter may draft this step: the best length of any method it has
+        used, plus one token past it that the policy cuts but learns from (the target's
+        own token at that row tells whether it was right). For an n-gram method that
+        extra token is free; a model drafter pays a decode for it, so it is asked for
+        only every :data:`EXPLORE` steps."""
         if not self.stats:
             return room
-        return min(room, max(self.best(m, room) for m in self.stats) + 1)
+        self.steps += 1
+        best = max(self.best(m, room) for m in self.stats)
+        costly = max(st[2] for st in self.stats.values()) > COSTLY
+        extra = 0 if costly and self.steps % EXPLORE else 1
+        return min(room, best + extra)
 
     def take(self, method, offered):
         """How many of the ``offered`` draft tokens to verify."""

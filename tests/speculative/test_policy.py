@@ -49,3 +49,12 @@ def test_a_cut_draft_still_teaches():
     for _ in range(10):
         p.observe("m", [5], [5], 0.0)
     assert p.acceptance("m") > before
+
+
+def test_a_costly_drafter_that_never_pays_is_rarely_asked():
+    p = GainPolicy(slope=0.3, one_row_seconds=0.01)
+    for _ in range(30):                    # drafting costs a whole decode per token
+        p.observe("draft-simple", [1], [1], draft_time=0.01)
+    assert p.best("draft-simple", 8) == 0
+    asked = [p.cap(8) for _ in range(32)]
+    assert asked.count(1) == 32 // 8 and asked.count(0) == 32 - 32 // 8
