@@ -172,8 +172,8 @@ def make_configs(args):
             cfgs.append(Config(f"ours {m} fresh", "ours", m, T, TB, ngram=DEFAULTS[m], fresh=True))
     if args.threads_compare or args.load:
         cfgs.append(Config("ours plain t1", "ours", "", 1, 1))
-    if args.load:
-        # With a busy neighbour: what the governor buys against fixed all-core threads.
+    if args.load or args.threads_compare:
+        # What the thread governor buys (busy neighbour) or costs (quiet) against fixed threads.
         cfgs.append(Config("ours plain no-governor", "ours", "", T, TB, adaptive=False))
     for label, env in env_variants(args):
         cfgs.append(Config(f"ours plain [{label}]", "ours", "", T, TB, env=env))
@@ -477,10 +477,13 @@ def main(argv=None):
     ap.add_argument("--markdown", metavar="FILE", help="also write the report (markdown) to FILE")
     ap.add_argument("--plot", metavar="PNG", help="also draw tok/s by workload and configuration (needs matplotlib)")
     ap.add_argument("--json", help="also write the raw runs to this file")
+    ap.add_argument("--replot", metavar="JSON", help="draw --plot from a --json file of an earlier run, then exit")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker)
+    if args.replot:
+        return replot(args.replot, args.plot or "bench.png")
     args.tokens = args.tokens or (32 if args.quick else 128)
     args.rounds = args.rounds or (2 if args.quick else 3)
     args.threads_compare = not (args.no_threads or args.quick)
@@ -572,6 +575,19 @@ def main(argv=None):
     print(f"\n# done in {time.perf_counter() - t_start:.0f} s; load average {load0[0]:.2f} -> {load1[0]:.2f}")
 
 
+def replot(path, png):
+    """--plot from a --json file (the configurations in the order they ran)."""
+    data = json.loads(Path(path).read_text())
+    runs, names, prompts = {}, [], []
+    for key, items in data["runs"].items():
+        name, prompt = key.split("|")
+        runs[(name, prompt)] = [Run(**x) for x in items]
+        names += [name] if name not in names else []
+        prompts += [prompt] if prompt not in prompts else []
+    plot(png, [Config(n, n.split()[0]) for n in names], prompts, runs, data["args"]["rounds"])
+    print(f"wrote {png}")
+
+
 class Tee:
     """Write to several streams (the report goes to the terminal and to --markdown)."""
 
@@ -593,15 +609,17 @@ def plot(path, cfgs, prompts, runs, rounds):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = [c.name for c in cfgs if not c.env]
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(prompts) * max(1, len(names) / 6)), 5))
-    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(16, 6))
+    width = 0.85 / len(names)
+    colors = plt.get_cmap("tab20").colors + plt.get_cmap("tab20b").colors
     for i, name in enumerate(names):
         ys = [med([runs[(name, p)][r].tok_s for r in range(rounds)]) for p in prompts]
-        ax.bar([j + i * width for j in range(len(prompts))], ys, width, label=name)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(prompts))], prompts)
+        ax.bar([j + i * width for j in range(len(prompts))], ys, width, label=name,
+               color=colors[i % len(colors)], hatch="//" if name.startswith("native") else None)
+    ax.set_xticks([j + 0.425 - width / 2 for j in range(len(prompts))], prompts)
     ax.set_ylabel("tok/s (median over rounds)")
-    ax.set_title("geniex vs llama.cpp's server, demo model, greedy")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("geniex (plain bars) vs llama.cpp's server (hatched), demo model, greedy")
+    ax.legend(fontsize=7, ncol=1, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -98,7 +98,10 @@ class Session:
                     "output is bitwise plain output only below that (use the default q8_0 cache, or --threads 1)")
         self.batch = Batch(N_BATCH)
         self._warm_up()
-        if options.adaptive_threads and max(self.threads, self.threads_batch) > 1:
+        # Moving between thread counts keeps every bit of the logits only with a cache type
+        # whose one-row decodes take the same path on any number of threads.
+        if (options.adaptive_threads and max(self.threads, self.threads_batch) > 1
+                and cache_types.exact_on_threads(self.ctx.type_k, self.ctx.type_v, 2)):
             self.ctx.governor = ThreadGovernor(self.ctx, self.threads, self.threads_batch)
         self.policy = policy.FixedPolicy()
         if self.drafter is not None and options.spec.policy == "auto":

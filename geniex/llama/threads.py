@@ -3,28 +3,30 @@
 ggml's CPU backend runs a decode on OpenMP threads that meet at a barrier after every
 graph node, spinning while they wait (the default, active wait policy). On a quiet
 machine that is the fastest way to decode. When another process holds a core, a
-spinning thread and the thread it waits for share one core, and a 15 ms decode takes
-0.5-1 s (tools/BENCHMARKS.md, "Busy machines"). A passive wait policy removes the stalls
-but makes every barrier a sleep and a wake-up, which cost a third of the speed of a
-quiet two-thread decode, so geniex keeps the active policy and watches instead.
+spinning thread and the thread it waits for share one core, and a decode on every core
+can take several times as long as on one thread (tools/BENCHMARKS.md, "Busy machines":
+with one busy neighbour on 2 cores, 49 tok/s on 2 threads against 132 on one). A passive
+wait policy removes the stalls but makes every barrier a sleep and a wake-up, which cost
+a third of a quiet two-thread decode's speed, so geniex keeps the active policy and
+measures instead.
 
-:class:`ThreadGovernor` times each small decode against the fastest recent one. Two
-decodes in a row that take :data:`SLOW` times longer mean a busy neighbour: the context
-drops to one thread (``llama_set_n_threads``, no reallocation) for a while, then tries
-every core again, waiting twice as long after each failed try. With a quantized KV cache
-the thread count does not change a single bit of the logits (tests/test_kv_cache_types.py),
-so switching never changes the answer.
+:class:`ThreadGovernor` keeps a running estimate of the time per decoded row on every core
+and on one thread. It decodes on the faster one, and every so often tries the other for a
+few decodes (:data:`PROBE_LEN`) to refresh its estimate; it switches when the other is
+clearly faster (:data:`MARGIN`). Probes grow rarer while the answer stays the same (up to
+every :data:`MAX_INTERVAL` decodes), so on a quiet machine they cost well under 1%. The
+thread count is changed with ``llama_set_n_threads`` (no reallocation). With a quantized
+KV cache the thread count does not change a single bit of the logits
+(tests/llama/test_kv_cache_types.py), so switching never changes an answer; the session
+attaches a governor only then.
 """
-import time
-
-SLOW = 4.0            # a decode this many times slower than the fastest recent one is a stall
-ROW_COST = 0.3        # extra cost of a batch row, in one-row decodes (only to compare sizes)
-MAX_ROWS = 16         # larger batches (prompt chunks) are not compared: they scale differently
-FIRST_REST = 32       # decodes on one thread before trying every core again
-MAX_REST = 2048
-
-
-CALM = 256            # normal decodes on every core after which the back-off is forgotten
+PROBE_EVERY = 24      # decodes between probes of the other setting, at first
+MAX_INTERVAL = 384    # ... and at most, after probes that changed nothing
+PROBE_LEN = 4         # decodes per probe (the first is not measured)
+MARGIN = 0.85         # switch when the other setting takes less than this share of the time
+ALPHA = 0.3           # weight of a new measurement in a running estimate
+ROW_COST = 0.5        # extra cost of a batch row, in one-row decodes (only to compare sizes)
+MAX_ROWS = 16         # larger batches (prompt chunks) are not measured: they scale differently
 
 
 class ThreadGovernor:
@@ -36,45 +38,50 @@ class ThreadGovernor:
 
     def __init__(self, ctx, threads, threads_batch):
         self.ctx = ctx
-        self.full = (threads, threads_batch)
-        self.single = False
-        self.fastest = None            # seconds of the fastest recent one-row-equivalent decode
-        self.strikes = 0
-        self.normal = 0
-        self.rest = FIRST_REST
-        self.left = 0
-        self.switches = 0              # how often it dropped to one thread (for --verbose)
+        self.settings = {"all": (threads, threads_batch), "one": (1, 1)}
+        self.mode = "all"              # the setting we decode on
+        self.active = "all"            # the setting the context has now (differs while probing)
+        self.estimate = {"all": None, "one": None}   # seconds per row
+        self.count = 0
+        self.interval = PROBE_EVERY
+        self.probe_left = 0
+        self.skip = False
+        self.switches = 0              # how often it changed setting (for --verbose)
 
     def observe(self, rows, seconds):
         """A decode of ``rows`` rows took ``seconds``."""
-        if self.single:
-            self.left -= 1
-            if self.left <= 0:
-                self.single = False
-                self.strikes = self.normal = 0
-                self.ctx.set_threads(*self.full)
+        if self.skip:
+            self.skip = False              # the first decode after a change wakes threads up
+        elif rows <= MAX_ROWS:
+            per_row = seconds / (1 + ROW_COST * (rows - 1))
+            old = self.estimate[self.active]
+            self.estimate[self.active] = per_row if old is None else old + ALPHA * (per_row - old)
+        if self.probe_left:
+            self.probe_left -= 1
+            if not self.probe_left:
+                self._decide()
             return
-        if rows > MAX_ROWS:
-            return
-        per_row = seconds / (1 + ROW_COST * (rows - 1))
-        if self.fastest is None or per_row < self.fastest:
-            self.fastest = per_row
-        elif per_row > SLOW * self.fastest:
-            self.strikes += 1
-            if self.strikes >= 2:          # two in a row: a neighbour, not a hiccup
-                self._to_single()
-            return
-        else:
-            # Later positions cost a little more: let the reference follow normal decodes.
-            self.fastest += 0.02 * (per_row - self.fastest)
-        self.strikes = 0
-        self.normal += 1
-        if self.normal >= CALM:
-            self.rest = FIRST_REST
+        self.count += 1
+        if self.count >= self.interval:
+            self.count = 0
+            other = "one" if self.mode == "all" else "all"
+            self.estimate[other] = None    # a probe measures afresh: the machine may have changed
+            self._use(other)
+            self.probe_left = PROBE_LEN
 
-    def _to_single(self):
-        self.single = True
-        self.switches += 1
-        self.left = self.rest
-        self.rest = min(self.rest * 2, MAX_REST)
-        self.ctx.set_threads(1, 1)
+    def _decide(self):
+        probed, current = self.active, self.mode
+        a, b = self.estimate[current], self.estimate[probed]
+        if a is not None and b is not None and b < MARGIN * a:
+            self.mode = probed
+            self.switches += 1
+            self.interval = PROBE_EVERY
+        else:
+            self.interval = min(self.interval * 2, MAX_INTERVAL)
+        self._use(self.mode)
+
+    def _use(self, mode):
+        if mode != self.active:
+            self.ctx.set_threads(*self.settings[mode])
+            self.active = mode
+            self.skip = True

@@ -1,4 +1,5 @@
-"""The thread governor: one thread while decodes stall, every core otherwise."""
+"""The thread governor: one thread while decodes on every core are slower, every core
+otherwise; the answer never changes."""
 import pytest
 
 from geniex.llama import threads
@@ -15,52 +16,72 @@ class Recorder:
         self.calls.append((n, nb))
 
 
-@pytest.mark.fast
-def test_two_stalls_in_a_row_drop_to_one_thread_then_it_tries_again():
-    ctx = Recorder()
-    g = ThreadGovernor(ctx, 2, 2)
-    for _ in range(10):
-        g.observe(1, 0.010)
-    g.observe(1, 0.500)                  # one hiccup: nothing
-    g.observe(1, 0.011)
-    assert ctx.calls == [] and not g.single
-    g.observe(1, 0.500)
-    g.observe(2, 0.700)                  # a 2-row batch, as slow per row
-    assert ctx.calls == [(1, 1)] and g.single
-    for _ in range(threads.FIRST_REST):
-        g.observe(1, 0.020)
-    assert ctx.calls[-1] == (2, 2) and not g.single
-    g.observe(1, 0.5)
-    g.observe(1, 0.5)                    # still busy: back to one thread, for longer
-    assert ctx.calls[-1] == (1, 1) and g.left == 2 * threads.FIRST_REST
+def feed(g, times, n):
+    """``n`` one-row decodes taking ``times[setting the context has]`` seconds."""
+    for _ in range(n):
+        g.observe(1, times[g.active])
 
 
 @pytest.mark.fast
-def test_prompt_chunks_are_not_compared():
+def test_quiet_machine_stays_on_every_core_and_probes_ever_more_rarely():
     ctx = Recorder()
     g = ThreadGovernor(ctx, 2, 2)
-    g.observe(1, 0.010)
-    for _ in range(5):
-        g.observe(512, 2.0)
-    assert ctx.calls == []
+    feed(g, {"all": 0.006, "one": 0.007}, 2000)
+    assert g.mode == "all" and g.switches == 0
+    assert g.interval == threads.MAX_INTERVAL
+    probes = ctx.calls.count((1, 1))
+    assert probes * threads.PROBE_LEN < 2000 * 0.05       # few decodes spent probing
+
+
+@pytest.mark.fast
+def test_a_busy_neighbour_moves_it_to_one_thread_and_back():
+    ctx = Recorder()
+    g = ThreadGovernor(ctx, 2, 2)
+    feed(g, {"all": 0.006, "one": 0.007}, 50)
+    feed(g, {"all": 0.020, "one": 0.0075}, 60)          # a neighbour arrives
+    assert g.mode == "one" and ctx.calls[-1] == (1, 1)
+    feed(g, {"all": 0.006, "one": 0.0075}, 400)         # it leaves
+    assert g.mode == "all" and ctx.calls[-1] == (2, 2) and g.switches == 2
+
+
+@pytest.mark.fast
+def test_prompt_chunks_are_not_measured():
+    g = ThreadGovernor(Recorder(), 2, 2)
+    g.observe(512, 2.0)
+    assert g.estimate == {"all": None, "one": None}
 
 
 def test_switching_threads_mid_answer_keeps_the_answer(demo_model, monkeypatch):
     """With the default q8_0 cache, one thread and every core give bitwise the same
-    logits: a governor that switches at every decode changes nothing in the answer."""
+    logits: a governor that probes and switches all the time changes nothing."""
     from geniex.engine.loop import GenOptions
     from geniex.engine.sampling import SamplingParams
     from geniex.engine.session import LoadOptions, Session
     s = Session(demo_model, LoadOptions(nctx=1024, threads=2, threads_batch=2))
     try:
+        assert s.ctx.governor is not None
         prompt = s.vocab.tokenize("The history of the lighthouse begins " * 60)[:600]
+        s.ctx.governor = None
         ref = s.generate(prompt, GenOptions(max_tokens=40, sampling=SamplingParams())).run()
-        monkeypatch.setattr(threads, "SLOW", 0.0)          # every decode counts as a stall
-        monkeypatch.setattr(threads, "FIRST_REST", 1)
+        monkeypatch.setattr(threads, "PROBE_EVERY", 2)
+        monkeypatch.setattr(threads, "MAX_INTERVAL", 2)
+        monkeypatch.setattr(threads, "MARGIN", 10.0)      # every probe wins: switch each time
         s.ctx.governor = ThreadGovernor(s.ctx, 2, 2)
         s.reset()
         got = s.generate(prompt, GenOptions(max_tokens=40, sampling=SamplingParams())).run()
-        assert s.ctx.governor.switches >= 3
+        assert s.ctx.governor.switches >= 5
         assert got == ref
+    finally:
+        s.close()
+
+
+def test_no_governor_with_an_f16_cache(demo_model):
+    """An F16 cache's one-row decodes depend on the thread count past 512 cells: the
+    thread count then stays as configured."""
+    from geniex.engine.session import LoadOptions, Session
+    s = Session(demo_model, LoadOptions(nctx=512, threads=2, threads_batch=2,
+                                        cache_type_k="f16", cache_type_v="f16"))
+    try:
+        assert s.ctx.governor is None
     finally:
         s.close()
