@@ -62,7 +62,7 @@ def test_openapi_document_follows_the_schema_files(server):
     for ref in re.findall(r"'\$ref': '([^']+)'", text):
         assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in components, ref
     assert set(doc["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models",
-                                 "/v1/models/{model}", "/health"}
+                                 "/v1/models/{model}", "/health", "/v1/spec/reset"}
 
 
 # -- the application factory, in process (no model is loaded by these) -------------------

@@ -171,7 +171,10 @@ def test_full_context_inside_an_accepted_run(plain, reference):
 
 
 def test_draft_simple_drafting_for_itself_accepts_everything(demo_model, reference):
-    s = Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("draft-simple",), draft_path=demo_model, n_max=4)))
+    # Fixed lengths: a model drafting for itself costs what it saves, so the auto policy
+    # would (rightly) stop drafting; this test is about acceptance.
+    s = Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("draft-simple",), draft_path=demo_model,
+                                                                   n_max=4, policy="fixed")))
     try:
         want, _ = reference(CODE, GREEDY)
         got, stats = answer(s, CODE, GREEDY)
