@@ -47,13 +47,8 @@ class Reference:
         return r.json()["tokens"]
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        from local_server import stop_process      # tools/ (on sys.path via conftest)
+        stop_process(self.proc)
 
     def __enter__(self):
         return self

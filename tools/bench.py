@@ -404,13 +404,8 @@ class Worker:
         return Run(**self.ask({"prompt": tokens, "n": n}))
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        from local_server import stop_process
+        stop_process(self.proc)
         self.log.close()
 
 
