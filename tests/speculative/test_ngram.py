@@ -96,3 +96,17 @@ def test_memory_is_bounded(monkeypatch):
         h = list(range(i * 100, i * 100 + 30))
         d.begin(h, len(h) - 1, None)
     assert len(d.corpus) <= 50 + 30
+
+
+@pytest.mark.parametrize("method", NGRAM_METHODS)
+def test_the_same_request_again_drafts_the_previous_answer(method):
+    """An agent that sends the same prompt again: the earlier answer stays in memory
+    (also for the methods that draft from positions, not only from a table)."""
+    d = drafter(method, ngram_n=3, ngram_min=1, ngram_max=4)
+    prompt = [1, 2, 3, 4, 5]
+    answer = PHRASE + PHRASE                       # twice: map-k and cache want 2 sightings
+    d.begin(prompt, len(prompt) - 1, None)
+    full = prompt + answer
+    d.observe(full, len(full) - 1, 0, 0, 0)
+    d.begin(prompt + PHRASE[:4], len(prompt) + 3, None)    # the retry, 4 tokens in
+    assert list(d.propose(prompt + PHRASE[:4], len(prompt) + 3, room=8).tokens) == PHRASE[4:8]

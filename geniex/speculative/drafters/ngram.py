@@ -36,8 +36,8 @@ class _Indexed(Drafter):
     answers and conversations, as llama.cpp's server keeps its ngram-mod table: an agent
     that sends a file again, or a chat that quotes an earlier answer, gets drafts from
     the start. The corpus holds one segment per answer; a conversation that goes on
-    shares its prefix with the previous answer's segment, which then grows in place
-    instead of being copied. :meth:`forget` drops it all.
+    starts with the whole previous segment, which then grows in place instead of being
+    copied. :meth:`forget` drops it all.
     """
 
     def __init__(self, name, n, n_min, n_max):
@@ -56,12 +56,13 @@ class _Indexed(Drafter):
         """Empty the method's tables."""
 
     def begin(self, history, n_past, target_row):
-        shared = common_prefix(self.corpus[self.seg:], history)
-        if shared < self.n:
-            self.seg = len(self.corpus)                  # another text: a new segment
-        else:
-            del self.corpus[self.seg + shared:]          # the same conversation, going on
-            self.indexed = min(self.indexed, len(self.corpus))
+        segment = len(self.corpus) - self.seg
+        if not (segment >= self.n and common_prefix(self.corpus[self.seg:], history) == segment):
+            # Another text, or the same prompt sent again (an agent's retry): a new
+            # segment, so that the previous answer stays in memory to draft from.
+            self.seg = len(self.corpus)
+        # else: the conversation goes on (the history starts with the whole segment),
+        # and the segment grows in place.
         if len(self.corpus) > MEMORY_TOKENS:
             self.forget()
         self._sync(history, n_past + 1)
