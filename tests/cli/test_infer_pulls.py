@@ -12,7 +12,8 @@ def test_infer_pulls_target_and_mtp_draft_then_speculates(cli, fake_hub, tiny): 
     fake_hub.add_repo("tiny/Gemma4-Assistant-GGUF", {"gemma4-assistant-mtp-Q8_0.gguf": assistant.read_bytes()})
     env = {"HF_ENDPOINT": fake_hub.url}
     proc = cli("infer", "tiny/Gemma4-Target-GGUF:Q8_0", "-p", "the cat sat on the mat", "--max-tokens", "24",
-               "--spec-type", "draft-mtp", "--draft-model", "tiny/Gemma4-Assistant-GGUF:Q8_0", "--verbose", env=env)
+               "--spec-type", "draft-mtp", "--draft-model", "tiny/Gemma4-Assistant-GGUF:Q8_0", "--verbose",
+               "--draft-policy", "fixed", env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("Model is not cached, downloading...") == 2
     assert "speculative decoding: draft-mtp" in proc.stderr

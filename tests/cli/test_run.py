@@ -37,7 +37,7 @@ def test_profile_line_is_the_same_as_infer_prints(server, cli):
 def test_speculative_flags_travel_as_request_fields(server, cli):
     p = cli("run", DEMO, "--host", server.host, "--spec-type", "draft-simple", "--draft-model", DEMO,
             "--draft-tokens", "4", "-p", "Repeat exactly: the cat sat on the mat. the cat sat on the mat.",
-            "--max-tokens", "24", "--verbose")
+            "--max-tokens", "24", "--verbose", "--draft-policy", "fixed")
     assert p.returncode == 0, p.stderr
     assert re.search(r"draft accept:\s+(\d+)/\1 \(100\.0%\)", p.stderr), p.stderr
     assert server.health()["speculative"]

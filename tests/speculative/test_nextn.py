@@ -148,7 +148,7 @@ def test_identical_past_long_positions_at_defaults(tmp_path, temperature, seed):
     """At the shipped defaults (every core, q8_0 KV cache for the target and the NextN
     context), answers running past position 1,024 are plain decoding's."""
     path = tiny_nextn.write_target(tmp_path / "nextn-long.gguf", context_length=2048)
-    spec_s = Session(path, LoadOptions(nctx=2048, spec=SpecOptions(types=("draft-mtp",), n_max=3)))
+    spec_s = Session(path, LoadOptions(nctx=2048, spec=SpecOptions(types=("draft-mtp",), n_max=3, policy="fixed")))
     plain_s = Session(path, LoadOptions(nctx=2048))
     try:
         assert spec_s.speculative, spec_s.spec_notes
