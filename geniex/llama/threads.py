@@ -46,7 +46,7 @@ class ThreadGovernor:
         self.interval = PROBE_EVERY
         self.probe_left = 0
         self.skip = False
-        self.switches = 0              # how often it changed setting (for --verbose)
+        self.switches = 0              # how often it changed setting (tests read it)
 
     def observe(self, rows, seconds):
         """A decode of ``rows`` rows took ``seconds``."""

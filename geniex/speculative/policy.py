@@ -63,7 +63,6 @@ class GainPolicy:
         self.one_row = max(one_row_seconds, 1e-6)
         self._cost = [1.0]                       # _cost[k] = cost of verifying k drafts (k+1 rows)
         self.stats = {}                           # method -> [accepted, rejected, draft cost d]
-        self.last_k = 0
         self.steps = 0
 
     def verify_cost(self, k):
@@ -106,8 +105,7 @@ class GainPolicy:
 
     def take(self, method, offered):
         """How many of the ``offered`` draft tokens to verify."""
-        self.last_k = self.best(method, offered)
-        return self.last_k
+        return self.best(method, offered)
 
     def observe(self, method, draft, sampled, draft_time):
         """Learn from a step: ``draft`` as offered (including tokens cut by :meth:`take`),
