@@ -142,7 +142,7 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             draft = drafter.propose(history, n_past, policy.cap(room)) if room > 0 else EMPTY
             method = draft.method or drafter.name
             # The one cut, whatever the drafter returned: room, then the policy's choice.
-            drafts = draft.tokens[:policy.take(method, min(len(draft.tokens), room))]
+            drafts = draft.tokens[:policy.take(method, min(len(draft.tokens), room), draft.grade)]
             t1 = time.perf_counter()
             pending = history[n_past]
             sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog)
@@ -152,7 +152,7 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             if used <= len(drafts):
                 ctx.trim(n_past)                # rows after the last used one hold rejected drafts
             examined, accepted = min(used, len(drafts)), min(used, accepted)
-            policy.observe(method, draft.tokens, sampled, t1 - t0)
+            policy.observe(method, draft.tokens, sampled, t1 - t0, draft.grade)
             t2 = time.perf_counter()
             stats.record_step(examined, accepted, t1 - t0, t2 - t1, t2 - t_start if committed else None)
             if answer.stop:
@@ -160,9 +160,13 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             else:
                 drafter.observe(history, n_past, used - 1, examined, accepted)
             probs = list(draft.probs[:len(drafts)]) if drafts and draft.probs is not None else None
+            extra = {}
+            if len(draft.tokens) > len(drafts):
+                extra["offered"] = len(draft.tokens)
+            if draft.grade:
+                extra["grade"] = draft.grade
             yield Step(index, n_past - used, pending, list(drafts), probs, method if drafts else "",
-                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop,
-                       {"offered": len(draft.tokens)} if len(draft.tokens) > len(drafts) else {})
+                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop, extra)
             index += 1
     finally:
         kv.tokens = history[:n_past]            # what the KV cache holds for the next answer

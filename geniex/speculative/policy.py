@@ -13,9 +13,10 @@ k to maximise expected committed tokens per unit of time:
 
 ``cost`` is measured when a model loads (:func:`calibrate`: the fastest of a few decodes
 of 1, 2, 4, 8 and 16 rows, interpolated between them; cached per model file, threads and
-KV cache type); ``a`` is each drafting method's
-per-token acceptance, learnt from every step it drafted (a decayed count of tokens
-accepted before the first rejection); ``d`` is its measured drafting time per token
+KV cache type); ``a`` is the per-token acceptance of each drafting method's drafts of
+the draft's grade (the drafter's own confidence class: for ngram-mod, how much context
+before the key matched; 0 for methods without one), learnt from every step it drafted
+(a decayed count of tokens accepted before the first rejection); ``d`` is its measured drafting time per token
 relative to a one-row decode (~0 for n-gram methods). Drafts cut by the policy still
 teach it: the first token past the cut is compared with what the target said (n-gram
 methods offer their whole draft every step, since drafting costs them nothing; a model
@@ -42,10 +43,10 @@ class FixedPolicy:
     def cap(self, room):
         return room
 
-    def take(self, method, offered):
+    def take(self, method, offered, grade=0):
         return offered
 
-    def observe(self, method, draft, sampled, draft_time):
+    def observe(self, method, draft, sampled, draft_time, grade=0):
         pass
 
     def describe(self):
@@ -62,7 +63,7 @@ class GainPolicy:
         self.costs = {int(r): float(c) for r, c in costs.items()}
         self.one_row = max(one_row_seconds, 1e-6)
         self._cost = [1.0]                       # _cost[k] = cost of verifying k drafts (k+1 rows)
-        self.stats = {}                           # method -> [accepted, rejected, draft cost d]
+        self.stats = {}                           # (method, grade) -> [accepted, rejected, draft cost d]
         self.steps = 0
 
     def verify_cost(self, k):
@@ -72,15 +73,16 @@ class GainPolicy:
             self._cost.append(_interpolate(self.costs, len(self._cost) + 1))
         return self._cost[k]
 
-    def _state(self, method):
-        st = self.stats.get(method)
+    def _state(self, method, grade=0):
+        st = self.stats.get((method, grade))
         if st is None:
-            st = self.stats[method] = [PRIOR[0], PRIOR[1], 0.0]
+            st = self.stats[(method, grade)] = [PRIOR[0], PRIOR[1], 0.0]
         return st
 
-    def best(self, method, limit):
-        """The draft length in 0..limit with the most expected tokens per unit of time."""
-        acc, rej, d = self._state(method)
+    def best(self, method, limit, grade=0):
+        """The draft length in 0..limit with the most expected tokens per unit of time,
+        for a draft of ``method`` and ``grade`` (see :class:`~geniex.speculative.drafters.base.Draft`)."""
+        acc, rej, d = self._state(method, grade)
         a = acc / (acc + rej)
         best_k, best_rate, gain, term = 0, 1.0, 1.0, 1.0
         for k in range(1, limit + 1):
@@ -100,19 +102,19 @@ class GainPolicy:
         self.steps += 1
         if max(st[2] for st in self.stats.values()) <= COSTLY:
             return room
-        best = max(self.best(m, room) for m in self.stats)
+        best = max(self.best(m, room, g) for m, g in self.stats)
         return min(room, best + (0 if self.steps % EXPLORE else 1))
 
-    def take(self, method, offered):
+    def take(self, method, offered, grade=0):
         """How many of the ``offered`` draft tokens to verify."""
-        return self.best(method, offered)
+        return self.best(method, offered, grade)
 
-    def observe(self, method, draft, sampled, draft_time):
+    def observe(self, method, draft, sampled, draft_time, grade=0):
         """Learn from a step: ``draft`` as offered (including tokens cut by :meth:`take`),
         ``sampled`` the target's tokens for the rows it verified."""
         if not draft:
             return
-        st = self._state(method)
+        st = self._state(method, grade)
         n = min(len(draft), len(sampled))
         ok = 0
         while ok < n and draft[ok] == sampled[ok]:
@@ -122,8 +124,9 @@ class GainPolicy:
         per_token = draft_time / len(draft) / self.one_row
         st[2] = per_token if st[2] == 0.0 else 0.8 * st[2] + 0.2 * per_token
 
-    def acceptance(self, method):
-        acc, rej, _ = self._state(method)
+    def acceptance(self, method, grade=0):
+        """The learnt per-token acceptance of ``method``'s drafts of ``grade``."""
+        acc, rej, _ = self._state(method, grade)
         return acc / (acc + rej)
 
     def describe(self):

@@ -5,7 +5,9 @@ token), ``method``, ``drafted`` (+ ``draft_probs`` where the method has them),
 ``target`` (the target's sampled token for each examined row), ``accepted``,
 ``committed`` (answer tokens of this step) and ``text`` (their text), ``draft_ms``,
 ``verify_ms``, ``offered`` (how many tokens the drafter offered, where the draft
-policy verified fewer), and ``stop`` on the last step. The summary line is
+policy verified fewer), ``grade`` (where the drafter grades its drafts: ngram-mod's
+1-4 for how much context before the key matched; the policy learns each grade apart),
+and ``stop`` on the last step. The summary line is
 ``{"summary": {...}}`` with the same counters the profile prints.
 """
 import json
@@ -32,7 +34,7 @@ class Tracer:
         if s.draft_probs is not None:
             rec["draft_probs"] = [round(p, 4) for p in s.draft_probs]
         if s.extra:
-            rec.update(s.extra)       # "offered": draft tokens the policy left unverified
+            rec.update(s.extra)       # "offered" (draft tokens the policy left unverified), "grade"
         if s.stop:
             rec["stop"] = s.stop
         self.fp.write(json.dumps(rec) + "\n")

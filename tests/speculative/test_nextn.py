@@ -16,9 +16,7 @@ from geniex.engine.loop import GenOptions
 from geniex.engine.session import LoadOptions, Session
 from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
-from geniex.speculative.drafters import ngram
 from geniex.speculative.options import NGRAM_DEFAULTS
-from geniex.speculative.build import FALLBACK
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import tiny_nextn  # noqa: E402

@@ -60,7 +60,41 @@ def test_ngram_mod_indexes_as_the_answer_grows_and_resets_on_low_acceptance():
     assert list(d.propose(history, 5, room=8).tokens) == [3, 4, 1]
     for _ in range(5):                           # five rounds under 25% acceptance
         d.observe(history, 5, 0, 4, 0)
-    assert not d.table
+    assert not d.last and not d.propose(history, 5, room=8).tokens
+
+
+def test_ngram_mod_takes_the_occurrence_whose_context_matches_longest():
+    """The key (7, 8) was followed by 1 after "a b" and by 2 after "c d" (the latest):
+    after "a b 7 8" the draft is what followed there, not the latest continuation."""
+    d = drafter("ngram-mod", ngram_n=2, ngram_min=1, ngram_max=3)
+    history = [50, 51, 7, 8, 1, 1, 1, 60, 61, 7, 8, 2, 2, 2, 9, 50, 51, 7, 8]
+    d.begin(history, len(history) - 1, None)
+    assert list(d.propose(history, len(history) - 1, room=8).tokens) == [1, 1, 1]
+    history[-4:-2] = [60, 61]
+    d.forget()
+    d.begin(history, len(history) - 1, None)
+    assert list(d.propose(history, len(history) - 1, room=8).tokens) == [2, 2, 2]
+
+
+def test_ngram_mod_answer_openings_follow_the_question_not_the_last_answer():
+    """Every chat turn ends with the same template tokens; with memory across answers the
+    first draft of an answer comes from the earlier answer to the same question."""
+    d = drafter("ngram-mod", ngram_n=3, ngram_min=1, ngram_max=4)
+    opening = [90, 91, 92]                       # "<|im_start|>assistant\n"
+    q1, q2 = [10, 11, 12, 13], [20, 21, 22, 23]
+    a1, a2 = [30, 31, 32, 33, 34], [40, 41, 42, 43, 44]
+    for q, a in ((q1, a1), (q2, a2)):
+        d.begin(q + opening, len(q) + 2, None)
+        d.observe(q + opening + a, len(q) + 2 + len(a), 0, 0, 0)
+    d.begin(q1 + opening, len(q1) + 2, None)
+    assert list(d.propose(q1 + opening, len(q1) + 2, room=8).tokens) == a1[:4]
+
+
+def test_ngram_mod_drafts_a_loop_past_the_end_of_memory():
+    d = drafter("ngram-mod", ngram_n=2, ngram_min=1, ngram_max=7)
+    history = [5, 1, 2, 3, 1, 2, 3, 1, 2]
+    d.begin(history, len(history) - 1, None)
+    assert list(d.propose(history, len(history) - 1, room=8).tokens) == [3, 1, 2, 3, 1, 2, 3]
 
 
 @pytest.mark.parametrize("method", NGRAM_METHODS)

@@ -77,3 +77,16 @@ def test_the_measured_curve_decides():
     assert poor.best("m", 8) == 0
     assert GainPolicy(demo, 0.007).verify_cost(1) == pytest.approx(2.03)
     assert GainPolicy(demo, 0.007).verify_cost(31) == pytest.approx(7.87 + (7.87 - 4.19) * 16 / 8)
+
+
+def test_grades_are_learnt_apart():
+    """A drafter's confident drafts (grade 4: a long context matched) keep being drafted
+    while its guesses from a bare key match (grade 1) are cut."""
+    p = GainPolicy(line(0.3), one_row_seconds=0.01)
+    for i in range(60):
+        p.observe("m", [1, 2, 3, 4], [1, 2, 3, 4, 9], 0.0, grade=4)
+        p.observe("m", [1, 2, 3, 4], [7], 0.0, grade=1)
+    assert p.acceptance("m", 4) > 0.9 and p.acceptance("m", 1) < 0.1
+    assert p.take("m", 8, grade=4) == 8
+    assert p.take("m", 8, grade=1) == 0
+    assert p.take("m", 8) == p.best("m", 8, 0)       # an ungraded draft has its own record

@@ -17,14 +17,21 @@ import numpy as np
 
 
 class Draft:
-    """A proposal: draft tokens and, where the method has them, their probabilities."""
+    """A proposal: draft tokens and, where the method has them, their probabilities.
 
-    __slots__ = ("tokens", "probs", "method")
+    ``grade`` is the drafter's own class of confidence in this draft (0: it has none),
+    e.g. how much context an n-gram match had: the draft policy learns acceptance per
+    method and grade, so a drafter whose guesses differ in quality gets each kind sized
+    on its own record.
+    """
 
-    def __init__(self, tokens=(), probs=None, method=""):
+    __slots__ = ("tokens", "probs", "method", "grade")
+
+    def __init__(self, tokens=(), probs=None, method="", grade=0):
         self.tokens = tokens
         self.probs = probs
         self.method = method
+        self.grade = grade
 
 
 EMPTY = Draft()

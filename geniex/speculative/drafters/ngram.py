@@ -4,9 +4,11 @@ Each keeps what it learned for the life of the loaded model, across answers and
 conversations (bounded by :data:`MEMORY_TOKENS`; :meth:`_Indexed.forget` resets it), and
 indexes each committed token once:
 
-- ``ngram-mod``: map from the last ``n`` tokens to the token that followed them; a draft
-  is the chain of lookups from the current suffix (variable length). The table is
-  cleared when acceptance stays under 25% for 5 drafted steps, as upstream does.
+- ``ngram-mod``: map from the last ``n`` tokens to what followed them; a draft is the
+  chain of lookups from the current suffix (variable length). Where a key was followed
+  by different tokens, the occurrence with the longest matching context wins, and each
+  draft is graded by that context for the draft policy (:class:`NgramMod`). The table
+  is cleared when acceptance stays under 25% for 5 drafted steps, as upstream does.
 - ``ngram-simple``: the most recent earlier occurrence of the last ``n`` tokens; the
   draft is the tokens that followed it.
 - ``ngram-map-k``: like ngram-simple through a key map, but a key is used only once it
@@ -18,6 +20,7 @@ indexes each committed token once:
 
 Defaults: :data:`geniex.speculative.options.NGRAM_DEFAULTS`.
 """
+from array import array
 from collections import Counter
 
 from geniex.llama.kv import common_prefix
@@ -27,6 +30,12 @@ from geniex.speculative.drafters.base import EMPTY, Draft, Drafter
 # drafter starts over from the current answer: a bound on memory (a table entry per
 # remembered position) that still holds many long conversations.
 MEMORY_TOKENS = 1 << 18
+
+# ngram-mod: how many recent occurrences of a key a lookup compares, and how many tokens
+# of context before the key it compares (a longer match than this is as good as a tie).
+CANDIDATES = 8
+CONTEXT = 32
+UNINDEXED = -2
 
 
 class _Indexed(Drafter):
@@ -89,35 +98,93 @@ class _Indexed(Drafter):
             return []
         return self.corpus[end:end + self.limit(room)]
 
-    def _finish(self, tokens, room):
+    def _finish(self, tokens, room, grade=0):
         tokens = tokens[:self.limit(room)]
-        return Draft(tokens) if tokens and len(tokens) >= self.n_min else EMPTY
+        return Draft(tokens, grade=grade) if tokens and len(tokens) >= self.n_min else EMPTY
 
 
 class NgramMod(_Indexed):
-    """n-gram -> next token, drafting a chain of lookups."""
+    """n-gram -> the tokens that followed it, drafting a chain of lookups.
+
+    Upstream's table keeps one next token per n-gram, the latest, so where a text says
+    the same n tokens twice with different continuations (indented code, a refrain, the
+    template's "assistant" turn opening every answer) a lookup drafts whichever came last.
+    Here a key keeps its recent occurrences, and a lookup takes the one whose preceding
+    context matches the current text longest (the latest among equals): the same n-gram
+    key and the same draft lengths, better guesses. The draft then follows that
+    occurrence's continuation and looks up again where memory ends, so a loop in the
+    text goes on being drafted as upstream's chain does. How much context matched is the
+    draft's grade (:func:`_grade`): a verbatim repeat is right far more often than a bare
+    key match, and the draft policy learns their acceptance apart.
+    """
 
     def clear(self):
-        self.table = {}
+        self.last = {}                 # key -> latest end e (corpus[e] followed the key)
+        # prev[e]: the previous end with the same key as e (-1: none); UNINDEXED where
+        # e is not in the table (a segment's first n positions, or before a reset).
+        self.prev = array("q", [UNINDEXED]) * len(self.corpus)
         self.low_rounds = 0
 
     def add(self, corpus, end):
-        self.table[tuple(corpus[end - self.n:end])] = corpus[end]
+        key = tuple(corpus[end - self.n:end])
+        prev = self.prev
+        if len(prev) < end:
+            prev.extend(array("q", [UNINDEXED]) * (end - len(prev)))
+        prev.append(self.last.get(key, -1))
+        self.last[key] = end
 
     def propose(self, history, n_past, room):
-        key = history[n_past + 1 - self.n:n_past + 1]
-        if len(key) < self.n:
-            return EMPTY
-        out = []
+        self._sync(history, n_past + 1)    # a no-op unless a caller skipped observe()
         limit = self.limit(room)
-        table = self.table
+        corpus, prev, out = self.corpus, self.prev, []
+        grade = 0
         while len(out) < limit:
-            nxt = table.get(tuple(key))
-            if nxt is None:
+            e, context = self._best(out)
+            if e is None:
                 break
-            out.append(nxt)
-            key = key[1:] + [nxt]
-        return self._finish(out, room)
+            if not out:
+                grade = _grade(context)
+            # Follow the occurrence while memory lasts (and within its segment: a
+            # position past the next segment's start is not indexed).
+            while len(out) < limit:
+                out.append(corpus[e])
+                e += 1
+                if e >= len(prev) or prev[e] == UNINDEXED:
+                    break
+        return self._finish(out, room, grade)
+
+    def _best(self, out):
+        """``(end, context)``: the end position whose key is the text's last n tokens (the
+        corpus followed by the draft so far) and whose earlier context matches the text's
+        longest, and how many tokens of that context matched; ``(None, 0)`` if none."""
+        corpus, n = self.corpus, self.n
+        total = len(corpus) + len(out)
+        if total < n:
+            return None, 0
+        short = n - len(out)               # key tokens that come from the corpus
+        key = tuple(corpus[len(corpus) - short:] + out) if short > 0 else tuple(out[-n:])
+        e = self.last.get(key)
+        best, best_len, tried = None, -1, 0
+        while e is not None and e >= 0 and tried < CANDIDATES:
+            m = self._context(e, out, total)
+            if m > best_len:
+                best, best_len = e, m
+                if m == CONTEXT:
+                    break                      # newest full match: none can do better
+            e = self.prev[e]
+            tried += 1
+        return best, max(best_len, 0)
+
+    def _context(self, e, out, total):
+        """How many tokens before occurrence ``e``'s key equal those before the text's
+        key (up to CONTEXT)."""
+        corpus, n, size = self.corpus, self.n, len(self.corpus)
+        a, b, m = e - n - 1, total - n - 1, 0
+        while m < CONTEXT and a >= 0 and b >= 0:
+            if corpus[a] != (corpus[b] if b < size else out[b - size]):
+                break
+            a, b, m = a - 1, b - 1, m + 1
+        return m
 
     def observe(self, history, n_past, target_row, drafted, accepted):
         super().observe(history, n_past, target_row, drafted, accepted)
@@ -126,8 +193,13 @@ class NgramMod(_Indexed):
             if self.low_rounds >= 5:
                 # The table keeps predicting what the target no longer says: start it
                 # over from here (upstream resets its table the same way).
-                self.table.clear()
-                self.low_rounds = 0
+                self.clear()
+
+
+def _grade(context):
+    """ngram-mod's confidence class for a draft whose first lookup matched ``context``
+    tokens before the key: 1 (none), 2 (1-7), 3 (8 up to CONTEXT), 4 (CONTEXT or more)."""
+    return 1 if context == 0 else 2 if context < 8 else 3 if context < CONTEXT else 4
 
 
 class NgramSimple(_Indexed):
