@@ -28,7 +28,12 @@ import json
 import time
 
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
-PRIOR = (2.0, 1.0)    # (accepted, rejected) pseudo-counts: a method starts at a = 2/3
+# (accepted, rejected) pseudo-counts a record starts from, by draft grade: an ungraded
+# method starts at a = 2/3; graded drafts (1 least to 4 most confident, see
+# drafters.base.Draft) start lower or higher, so that a verbatim repeat (ngram-mod's
+# grade 4: 32+ tokens of context matched) is drafted from its first sighting, e.g. in
+# a one-shot `geniex infer` whose policy has learnt nothing yet.
+PRIORS = {0: (2.0, 1.0), 1: (1.0, 2.0), 2: (2.0, 1.0), 3: (3.0, 1.0), 4: (6.0, 1.0)}
 ROWS = (1, 2, 4, 8, 16)
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
@@ -76,7 +81,8 @@ class GainPolicy:
     def _state(self, method, grade=0):
         st = self.stats.get((method, grade))
         if st is None:
-            st = self.stats[(method, grade)] = [PRIOR[0], PRIOR[1], 0.0]
+            acc, rej = PRIORS.get(grade, PRIORS[0])
+            st = self.stats[(method, grade)] = [acc, rej, 0.0]
         return st
 
     def best(self, method, limit, grade=0):

@@ -90,3 +90,12 @@ def test_grades_are_learnt_apart():
     assert p.take("m", 8, grade=4) == 8
     assert p.take("m", 8, grade=1) == 0
     assert p.take("m", 8) == p.best("m", 8, 0)       # an ungraded draft has its own record
+
+
+def test_a_new_record_starts_from_its_grades_prior():
+    """Before any step is seen, a verbatim repeat (grade 4) is drafted and a bare key
+    match (grade 1) is not, on the demo model's measured curve."""
+    demo = {1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87}
+    p = GainPolicy(demo, 0.007)
+    assert p.take("ngram-mod", 8, grade=4) >= 4
+    assert p.take("ngram-mod", 8, grade=1) == 0
