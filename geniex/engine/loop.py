@@ -142,7 +142,8 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             draft = drafter.propose(history, n_past, policy.cap(room)) if room > 0 else EMPTY
             method = draft.method or drafter.name
             # The one cut, whatever the drafter returned: room, then the policy's choice.
-            drafts = draft.tokens[:policy.take(method, min(len(draft.tokens), room), draft.grade)]
+            drafts = draft.tokens[:policy.take(method, min(len(draft.tokens), room), draft.grade,
+                                               draft.probs)]
             t1 = time.perf_counter()
             pending = history[n_past]
             sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog)
@@ -152,7 +153,7 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             if used <= len(drafts):
                 ctx.trim(n_past)                # rows after the last used one hold rejected drafts
             examined, accepted = min(used, len(drafts)), min(used, accepted)
-            policy.observe(method, draft.tokens, sampled, t1 - t0, draft.grade)
+            policy.observe(method, draft.tokens, sampled, t1 - t0, draft.grade, draft.probs)
             t2 = time.perf_counter()
             stats.record_step(examined, accepted, t1 - t0, t2 - t1, t2 - t_start if committed else None)
             if answer.stop:

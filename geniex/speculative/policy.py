@@ -17,7 +17,11 @@ KV cache type); ``a`` is the per-token acceptance of each drafting method's draf
 the draft's grade (the drafter's own confidence class: for ngram-mod, how much context
 before the key matched; 0 for methods without one), learnt from every step it drafted
 (a decayed count of tokens accepted before the first rejection); ``d`` is its measured drafting time per token
-relative to a one-row decode (~0 for n-gram methods). Drafts cut by the policy still
+relative to a one-row decode (~0 for n-gram methods). A model drafter (draft-simple,
+draft-mtp) gives each draft token its own probability: there the i-th token's acceptance
+is the learnt record of that probability's bucket (:data:`PROB_EDGES`, starting from
+trusting the drafter), so E(k) = 1 + a1 + a1*a2 + ... and a draft is cut where the
+drafter's confidence drops. Drafts cut by the policy still
 teach it: the first token past the cut is compared with what the target said (n-gram
 methods offer their whole draft every step, since drafting costs them nothing; a model
 drafter, whose tokens each cost a decode, offers one token past the policy's length only
@@ -26,6 +30,7 @@ every :data:`EXPLORE` steps). ``--draft-policy fixed`` drafts as long as the dra
 """
 import json
 import time
+from bisect import bisect_right
 
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
 # (accepted, rejected) pseudo-counts a record starts from, by draft grade: an ungraded
@@ -38,6 +43,11 @@ ROWS = (1, 2, 4, 8, 16)
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
 KEEP = 64             # calibration entries kept on disk
+# A model drafter's own probability for each draft token, in buckets: each bucket learns
+# how often such tokens are accepted, starting from the bucket's middle probability
+# (PROB_WEIGHT pseudo-counts), i.e. from trusting the drafter.
+PROB_EDGES = (0.3, 0.5, 0.7, 0.85, 0.95)
+PROB_WEIGHT = 3.0
 
 
 class FixedPolicy:
@@ -48,10 +58,10 @@ class FixedPolicy:
     def cap(self, room):
         return room
 
-    def take(self, method, offered, grade=0):
+    def take(self, method, offered, grade=0, probs=None):
         return offered
 
-    def observe(self, method, draft, sampled, draft_time, grade=0):
+    def observe(self, method, draft, sampled, draft_time, grade=0, probs=None):
         pass
 
     def describe(self):
@@ -69,6 +79,7 @@ class GainPolicy:
         self.one_row = max(one_row_seconds, 1e-6)
         self._cost = [1.0]                       # _cost[k] = cost of verifying k drafts (k+1 rows)
         self.stats = {}                           # (method, grade) -> [accepted, rejected, draft cost d]
+        self.calibration = {}                     # method -> [accepted, rejected] per probability bucket
         self.steps = 0
 
     def verify_cost(self, k):
@@ -85,14 +96,30 @@ class GainPolicy:
             st = self.stats[(method, grade)] = [acc, rej, 0.0]
         return st
 
-    def best(self, method, limit, grade=0):
+    def _calibration(self, method):
+        cal = self.calibration.get(method)
+        if cal is None:
+            edges = (0.0, *PROB_EDGES, 1.0)
+            mids = [(lo + hi) / 2 for lo, hi in zip(edges, edges[1:])]
+            cal = self.calibration[method] = [[PROB_WEIGHT * m, PROB_WEIGHT * (1 - m)] for m in mids]
+        return cal
+
+    def best(self, method, limit, grade=0, probs=None):
         """The draft length in 0..limit with the most expected tokens per unit of time,
-        for a draft of ``method`` and ``grade`` (see :class:`~geniex.speculative.drafters.base.Draft`)."""
+        for a draft of ``method`` and ``grade`` (see :class:`~geniex.speculative.drafters.base.Draft`);
+        with ``probs`` (a model drafter's probability per draft token, at least ``limit``
+        of them) each token's acceptance is its probability bucket's record instead of
+        the method's mean."""
         acc, rej, d = self._state(method, grade)
         a = acc / (acc + rej)
+        cal = self._calibration(method) if probs is not None else None
         best_k, best_rate, gain, term = 0, 1.0, 1.0, 1.0
         for k in range(1, limit + 1):
-            term *= a
+            if cal is None:
+                term *= a
+            else:
+                hit, miss = cal[bisect_right(PROB_EDGES, probs[k - 1])]
+                term *= hit / (hit + miss)
             gain += term
             rate = gain / (self.verify_cost(k) + d * k)
             if rate > best_rate:
@@ -111,15 +138,25 @@ class GainPolicy:
         best = max(self.best(m, room, g) for m, g in self.stats)
         return min(room, best + (0 if self.steps % EXPLORE else 1))
 
-    def take(self, method, offered, grade=0):
-        """How many of the ``offered`` draft tokens to verify."""
-        return self.best(method, offered, grade)
+    def take(self, method, offered, grade=0, probs=None):
+        """How many of the ``offered`` draft tokens to verify (``probs``: the drafter's
+        probability for each, where it has them)."""
+        return self.best(method, offered, grade, probs)
 
-    def observe(self, method, draft, sampled, draft_time, grade=0):
+    def observe(self, method, draft, sampled, draft_time, grade=0, probs=None):
         """Learn from a step: ``draft`` as offered (including tokens cut by :meth:`take`),
-        ``sampled`` the target's tokens for the rows it verified."""
+        ``sampled`` the target's tokens for the rows it verified, ``probs`` the drafter's
+        probability per draft token (model drafters)."""
         if not draft:
             return
+        if probs is not None:
+            cal = self._calibration(method)
+            for i in range(min(len(draft), len(sampled), len(probs))):
+                rec, hit = cal[bisect_right(PROB_EDGES, probs[i])], draft[i] == sampled[i]
+                rec[0] = rec[0] * DECAY + hit
+                rec[1] = rec[1] * DECAY + (not hit)
+                if not hit:
+                    break
         st = self._state(method, grade)
         n = min(len(draft), len(sampled))
         ok = 0

@@ -512,8 +512,9 @@ def test_cli_mismatched_pairs_fall_back(tiny, cli):
 def test_cli_other_model_types_use_mtp_for_an_assistant(tiny, cli, tmp_path, kind):
     target, draft = tiny["aligned"]
     trace = tmp_path / "trace.jsonl"
+    # Fixed draft lengths: the test is about which drafter runs, so it must draft.
     proc = cli("infer", target, "-p", PROMPT, "--spec-type", kind, "--draft-model", draft,
-               "--max-tokens", "48", "--verbose", "--spec-trace", trace)
+               "--max-tokens", "48", "--verbose", "--spec-trace", trace, "--draft-policy", "fixed")
     assert proc.returncode == 0, proc.stderr
     assert FALLBACK not in proc.stderr
     assert f"is an MTP assistant: using draft-mtp for --spec-type {kind}" in proc.stderr

@@ -99,3 +99,18 @@ def test_a_new_record_starts_from_its_grades_prior():
     p = GainPolicy(demo, 0.007)
     assert p.take("ngram-mod", 8, grade=4) >= 4
     assert p.take("ngram-mod", 8, grade=1) == 0
+
+
+def test_a_model_drafters_probabilities_size_its_draft():
+    """Tokens the drafter is sure of are verified, the draft is cut where its confidence
+    drops; and what the target then says recalibrates the probabilities."""
+    p = GainPolicy(line(0.3), one_row_seconds=0.01)
+    sure, unsure = [0.99] * 3, [0.2] * 3
+    middling = p.take("mtp", 6, probs=[0.6] * 6)
+    assert middling > 0
+    assert p.take("mtp", 6, probs=sure + unsure) == 3
+    assert p.take("mtp", 6, probs=unsure + sure) == 0
+    for _ in range(40):                    # the drafter is overconfident: its 0.99s are wrong
+        p.observe("mtp", [1, 2, 3], [9], 0.0, probs=sure)
+    assert p.take("mtp", 6, probs=sure + unsure) == 0
+    assert p.take("mtp", 6, probs=[0.6] * 6) == middling     # another bucket: untouched
