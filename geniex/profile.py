@@ -4,7 +4,8 @@ One line by default::
 
     — 56.4 tok/s • 120 tok • 0.31 s first token • 19% accept —
 
-and with ``--verbose`` the block (``draft accept`` only when drafts were made).
+and with ``--verbose`` the block (``draft accept`` only when drafts were made, ``draft
+policy`` only when the policy verified fewer draft tokens than the drafters offered).
 """
 from geniex.engine.stats import Stats
 
@@ -28,6 +29,9 @@ def block(stats):
         f"decode tokens:  {stats.decode_tokens:<8}decode speed:   {stats.decode_speed:.1f} tok/s",
         f"stop reason:    {stats.stop_reason}",
     ]
+    if stats.offered > stats.drafted:
+        rows.append(f"draft policy:   verified {stats.drafted} of {stats.offered} offered draft tokens; "
+                    f"{stats.skipped} steps verified none of their draft")
     if stats.drafted:
         rows.append(f"draft accept:   {stats.accepted}/{stats.drafted} ({stats.accept_rate * 100:.1f}%)")
         hist = " ".join(f"{n}:{c}" for n, c in enumerate(stats.accept_hist) if c)
@@ -59,6 +63,8 @@ def from_usage(usage):
     s.drafted = timings.get("draft_n", s.accepted + (details.get("rejected_prediction_tokens") or 0))
     s.steps = timings.get("steps", 0)
     s.accept_hist = list(timings.get("accept_hist", []))
+    s.offered = timings.get("draft_offered", 0)
+    s.skipped = timings.get("draft_skipped_steps", 0)
     s.draft_time = timings.get("draft_ms", 0.0) / 1000
     s.verify_time = timings.get("verify_ms", 0.0) / 1000
     return s
@@ -82,6 +88,8 @@ def timings(stats):
         "stop_reason": stats.stop_reason,
         "steps": stats.steps,
         "accept_hist": list(stats.accept_hist),
+        "draft_offered": stats.offered,
+        "draft_skipped_steps": stats.skipped,
         "draft_ms": stats.draft_time * 1000,
         "verify_ms": stats.verify_time * 1000,
     }

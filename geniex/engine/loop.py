@@ -155,7 +155,8 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             examined, accepted = min(used, len(drafts)), min(used, accepted)
             policy.observe(method, draft.tokens, sampled, t1 - t0, draft.grade, draft.probs)
             t2 = time.perf_counter()
-            stats.record_step(examined, accepted, t1 - t0, t2 - t1, t2 - t_start if committed else None)
+            stats.record_step(examined, accepted, t1 - t0, t2 - t1, t2 - t_start if committed else None,
+                              len(draft.tokens))
             if answer.stop:
                 text += answer.stream.flush()   # held text (a partial character) ends with us
             else:

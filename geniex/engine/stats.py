@@ -19,6 +19,8 @@ class Stats:
     drafted: int = 0              # draft tokens checked against the target
     accepted: int = 0             # of which the target agreed with
     accept_hist: list = field(default_factory=list)   # accept_hist[n] = steps that accepted n
+    offered: int = 0              # draft tokens the drafters proposed (the policy verifies fewer)
+    skipped: int = 0              # steps with a proposal of which the policy verified none
     draft_time: float = 0.0
     verify_time: float = 0.0
     spec_types: tuple = ()        # drafting methods in use ('' when plain)
@@ -36,11 +38,15 @@ class Stats:
     def accept_rate(self):
         return self.accepted / self.drafted if self.drafted else 0.0
 
-    def record_step(self, drafted, accepted, draft_time=0.0, verify_time=0.0, elapsed=None):
-        """Count one verify step that checked ``drafted`` tokens and kept ``accepted``;
-        ``elapsed`` (seconds since the request started) is given when the step committed
-        answer tokens, and the first one is the time to first token."""
+    def record_step(self, drafted, accepted, draft_time=0.0, verify_time=0.0, elapsed=None, offered=0):
+        """Count one verify step that checked ``drafted`` tokens and kept ``accepted``, of
+        ``offered`` the drafter proposed; ``elapsed`` (seconds since the request started)
+        is given when the step committed answer tokens, and the first one is the time to
+        first token."""
         self.steps += 1
+        self.offered += offered
+        if offered and not drafted:
+            self.skipped += 1
         self.draft_time += draft_time
         self.verify_time += verify_time
         if elapsed is not None and not self.ttft:
@@ -68,7 +74,8 @@ class Stats:
             "decode_tokens": self.decode_tokens, "decode_time": self.decode_time,
             "total_time": self.total_time, "stop_reason": self.stop_reason,
             "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
-            "accept_hist": list(self.accept_hist), "draft_time": self.draft_time,
+            "accept_hist": list(self.accept_hist), "offered": self.offered, "skipped": self.skipped,
+            "draft_time": self.draft_time,
             "verify_time": self.verify_time, "prompt_speed": self.prompt_speed,
             "decode_speed": self.decode_speed, "spec_types": list(self.spec_types),
         }

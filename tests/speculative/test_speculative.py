@@ -263,3 +263,23 @@ def test_multimodal_model_runs_text_path_with_warning(cli, demo_model):
     proc = cli("infer", "someone/Vision-Demo", "-p", "Name the capital of France.", "--spec-type", "ngram-mod")
     assert proc.returncode == 0 and "Paris" in proc.stdout
     assert "multimodal" in proc.stderr and "image/audio content is dropped" in proc.stderr
+
+
+def test_the_policy_shows_its_choices_in_the_trace_and_the_profile(cli, tmp_path):
+    """With the default policy, what the drafter offered and what was verified agree
+    between the trace (``offered``, ``grade``) and the verbose profile's policy line."""
+    trace = tmp_path / "trace.jsonl"
+    proc = cli("infer", "-p", REPEAT, "--spec-type", "ngram-mod", "--spec-trace", trace, "--verbose")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(l) for l in trace.read_text().splitlines()]
+    steps, summary = lines[:-1], lines[-1]["summary"]
+    offered = sum(s.get("offered", len(s["drafted"])) for s in steps)
+    skipped = sum(1 for s in steps if s.get("offered") and not s["drafted"])
+    assert (summary["offered"], summary["skipped"]) == (offered, skipped)
+    assert all(1 <= s["grade"] <= 4 for s in steps if s.get("offered") or s["drafted"])
+    if offered > summary["drafted"]:
+        assert (f"draft policy:   verified {summary['drafted']} of {offered} offered draft tokens; "
+                f"{skipped} steps verified none of their draft") in proc.stderr
+    else:
+        assert "draft policy:" not in proc.stderr
+    assert offered > 0
