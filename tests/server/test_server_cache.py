@@ -139,7 +139,8 @@ def test_keepalive_frees_an_idle_model(tmp_path):
         s.chat(chat_body(max_tokens=1))                  # use resets the idle clock
         assert s.health()["model"] == DEMO
         wait_for(lambda: s.health()["model"] is None, timeout=5)
-        assert "freeing demo/SmolLM2-135M-Instruct:Q4_1 (idle for 1 s)" in s.stderr
+        # The log line is on its way through the stderr pipe's reader thread.
+        wait_for(lambda: "freeing demo/SmolLM2-135M-Instruct:Q4_1 (idle for 1 s)" in s.stderr, timeout=5)
         # Asked again, it is loaded again.
         assert s.chat(chat_body(max_tokens=1)).status_code == 200
         assert s.health()["loads"] == 2
