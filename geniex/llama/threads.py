@@ -12,18 +12,22 @@ measures instead.
 
 :class:`ThreadGovernor` keeps a running estimate of the time per decoded row on every core
 and on one thread. It decodes on the faster one, and every so often tries the other for a
-few decodes (:data:`PROBE_LEN`) to refresh its estimate; it switches when the other is
-clearly faster (:data:`MARGIN`). Probes grow rarer while the answer stays the same (up to
-every :data:`MAX_INTERVAL` decodes), so on a quiet machine they cost well under 1%. The
+few decodes (:data:`PROBE_LEN`; one, when that one is clearly slower, :data:`ABORT`) to
+refresh its estimate; it switches when the other is clearly faster (:data:`MARGIN`).
+Probes grow rarer while the answer stays the same (up to every :data:`MAX_INTERVAL`
+decodes), so on a quiet machine they cost well under 1%. The
 thread count is changed with ``llama_set_n_threads`` (no reallocation). With a quantized
 KV cache the thread count does not change a single bit of the logits
 (tests/llama/test_kv_cache_types.py), so switching never changes an answer; the session
 attaches a governor only then.
 """
 PROBE_EVERY = 24      # decodes between probes of the other setting, at first
+FIRST_PROBE = 8       # ... except the first probe, this soon after the context's first decode
 MAX_INTERVAL = 384    # ... and at most, after probes that changed nothing
 PROBE_LEN = 4         # decodes per probe (the first is not measured)
 MARGIN = 0.85         # switch when the other setting takes less than this share of the time
+ABORT = 1.5           # a probe whose measured decode takes this many times the current
+                      # setting's stops there (a busy neighbour makes every-core decodes 2-3x)
 ALPHA = 0.3           # weight of a new measurement in a running estimate
 ROW_COST = 0.5        # extra cost of a batch row, in one-row decodes (only to compare sizes)
 MAX_ROWS = 16         # larger batches (prompt chunks) are not measured: they scale differently
@@ -42,7 +46,7 @@ class ThreadGovernor:
         self.mode = "all"              # the setting we decode on
         self.active = "all"            # the setting the context has now (differs while probing)
         self.estimate = {"all": None, "one": None}   # seconds per row
-        self.count = 0
+        self.count = PROBE_EVERY - FIRST_PROBE
         self.interval = PROBE_EVERY
         self.probe_left = 0
         self.skip = False
@@ -58,6 +62,11 @@ class ThreadGovernor:
             self.estimate[self.active] = per_row if old is None else old + ALPHA * (per_row - old)
         if self.probe_left:
             self.probe_left -= 1
+            probe, current = self.estimate[self.active], self.estimate[self.mode]
+            # Probing the every-core setting next to a busy neighbour costs 2-3 one-thread
+            # decodes per decode: one measured decode that loses by that much is enough.
+            if probe is not None and current is not None and probe > ABORT * current:
+                self.probe_left = 0
             if not self.probe_left:
                 self._decide()
             return

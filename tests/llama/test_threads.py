@@ -85,3 +85,18 @@ def test_no_governor_with_an_f16_cache(demo_model):
         assert s.ctx.governor is None
     finally:
         s.close()
+
+
+@pytest.mark.fast
+def test_under_a_busy_neighbour_probes_of_every_core_stop_at_one_measured_decode():
+    """The costly side of probing: next to a neighbour an every-core decode takes ~2.7x a
+    one-thread decode, so the governor finds one thread early and then spends only two
+    decodes (one to wake the threads, one measured) per probe of every core."""
+    ctx = Recorder()
+    g = ThreadGovernor(ctx, 2, 2)
+    on_all = 0
+    for _ in range(600):
+        on_all += g.active == "all"
+        g.observe(1, {"all": 0.020, "one": 0.0075}[g.active])
+    assert g.mode == "one"
+    assert on_all <= threads.FIRST_PROBE + threads.PROBE_LEN + 2 * 6    # discovery + ~6 probes
