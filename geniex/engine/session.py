@@ -100,13 +100,22 @@ class Session:
         self._warm_up()
         # Moving between thread counts keeps every bit of the logits only with a cache type
         # whose one-row decodes take the same path on any number of threads.
-        if (options.adaptive_threads and max(self.threads, self.threads_batch) > 1
-                and cache_types.exact_on_threads(self.ctx.type_k, self.ctx.type_v, 2)):
-            self.ctx.governor = ThreadGovernor(self.ctx, self.threads, self.threads_batch)
+        governed = (options.adaptive_threads and max(self.threads, self.threads_batch) > 1
+                    and cache_types.exact_on_threads(self.ctx.type_k, self.ctx.type_v, 2))
         self.policy = policy.FixedPolicy()
         if self.drafter is not None and options.spec.policy == "auto":
-            self.policy = policy.GainPolicy(*self._verify_cost())
+            # Calibrated before the governor is attached (it would move threads mid-way).
+            # A batch row costs more on one thread (9 rows: ~8 one-row decodes, against
+            # ~5.5 on 2 cores), so where the governor may move the answer to one thread
+            # the policy gets that curve too and follows the governor's setting.
+            costs, one_row = self._verify_cost(self.threads, self.threads_batch)
+            others = {"one": self._verify_cost(1, 1)} if governed else {}
+            self.policy = policy.GainPolicy(costs, one_row, others=others)
             self.spec_notes.append(self.policy.describe())
+        if governed:
+            self.ctx.governor = ThreadGovernor(self.ctx, self.threads, self.threads_batch)
+            if isinstance(self.policy, policy.GainPolicy):
+                self.policy.setting = lambda gov=self.ctx.governor: gov.mode
 
     def _warm_up(self):
         # The first decode pays for graph allocation and weight repacking; do it at load
@@ -116,17 +125,21 @@ class Session:
         self.ctx.decode(self.batch.fill([tok], 0))
         self.ctx.clear()
 
-    def _verify_cost(self):
-        """The verify cost curve of this model and thread setting: measured once, then
-        read from the data dir's calibration cache."""
+    def _verify_cost(self, threads, threads_batch):
+        """The verify cost curve of this model on ``threads``/``threads_batch``: measured
+        once, then read from the data dir's calibration cache."""
         st = Path(self.model.path).stat()
-        key = (f"{Path(self.model.path).resolve()}|{st.st_size}|{int(st.st_mtime)}|{self.threads}/"
-               f"{self.threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}")
+        key = (f"{Path(self.model.path).resolve()}|{st.st_size}|{int(st.st_mtime)}|{threads}/"
+               f"{threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}")
         cache = policy.CalibrationCache(config.data_dir(self.options.data_dir) / "calibration.json")
         found = cache.get(key)
         if found is None:
             tok = self.vocab.bos if self.vocab.bos >= 0 else 0
-            found = policy.calibrate(self.ctx, self.batch, tok)
+            self.ctx.set_threads(threads, threads_batch)
+            try:
+                found = policy.calibrate(self.ctx, self.batch, tok)
+            finally:
+                self.ctx.set_threads(self.threads, self.threads_batch)
             cache.put(key, found)
         return found
 

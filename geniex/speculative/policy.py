@@ -13,7 +13,9 @@ k to maximise expected committed tokens per unit of time:
 
 ``cost`` is measured when a model loads (:func:`calibrate`: the fastest of a few decodes
 of 1, 2, 4, 8 and 16 rows, interpolated between them; cached per model file, threads and
-KV cache type); ``a`` is the per-token acceptance of each drafting method's drafts of
+KV cache type), on every core and, where the thread governor may move the answer to one
+thread, on one thread too (a batch row costs more there: 9 rows ~8 one-row decodes
+against ~5.5 on 2 cores), and the policy uses the curve of the governor's setting; ``a`` is the per-token acceptance of each drafting method's drafts of
 the draft's grade (the drafter's own confidence class: for ngram-mod, how much context
 before the key matched; 0 for methods without one), learnt from every step it drafted
 (a decayed count of tokens accepted before the first rejection); ``d`` is its measured drafting time per token
@@ -73,21 +75,34 @@ class GainPolicy:
 
     name = "auto"
 
-    def __init__(self, costs, one_row_seconds):
-        """``costs``: {rows: time of a decode of that many rows / time of one row}."""
+    def __init__(self, costs, one_row_seconds, others=None):
+        """``costs``: {rows: time of a decode of that many rows / time of one row} on the
+        context's own thread setting; ``others``: {setting name: (costs, one-row
+        seconds)} for the settings a thread governor may move the context to, and
+        :attr:`setting` a callable naming the current one (the curve then follows it)."""
         self.costs = {int(r): float(c) for r, c in costs.items()}
         self.one_row = max(one_row_seconds, 1e-6)
-        self._cost = [1.0]                       # _cost[k] = cost of verifying k drafts (k+1 rows)
+        self.curves = {name: {int(r): float(c) for r, c in curve.items()}
+                       for name, (curve, _one) in (others or {}).items()}
+        self.curves[""] = self.costs
+        self.setting = lambda: ""
+        self._cost = {}                          # setting -> [cost of verifying k drafts (k+1 rows)]
         self.stats = {}                           # (method, grade) -> [accepted, rejected, draft cost d]
         self.calibration = {}                     # method -> [accepted, rejected] per probability bucket
         self.steps = 0
 
-    def verify_cost(self, k):
-        """Time of a (k+1)-row verify in one-row decodes, interpolated between measured
-        row counts (and extended along the last measured segment)."""
-        while len(self._cost) <= k:
-            self._cost.append(_interpolate(self.costs, len(self._cost) + 1))
-        return self._cost[k]
+    def verify_cost(self, k, setting=""):
+        """Time of a (k+1)-row verify in one-row decodes on ``setting`` (a name from
+        ``others``; "" = the context's own), interpolated between measured row counts
+        (and extended along the last measured segment)."""
+        if setting not in self.curves:
+            setting = ""
+        cost = self._cost.get(setting)
+        if cost is None:
+            cost = self._cost[setting] = [1.0]
+        while len(cost) <= k:
+            cost.append(_interpolate(self.curves[setting], len(cost) + 1))
+        return cost[k]
 
     def _state(self, method, grade=0):
         st = self.stats.get((method, grade))
@@ -113,6 +128,7 @@ class GainPolicy:
         acc, rej, d = self._state(method, grade)
         a = acc / (acc + rej)
         cal = self._calibration(method) if probs is not None else None
+        setting = self.setting()
         best_k, best_rate, gain, term = 0, 1.0, 1.0, 1.0
         for k in range(1, limit + 1):
             if cal is None:
@@ -121,7 +137,7 @@ class GainPolicy:
                 hit, miss = cal[bisect_right(PROB_EDGES, probs[k - 1])]
                 term *= hit / (hit + miss)
             gain += term
-            rate = gain / (self.verify_cost(k) + d * k)
+            rate = gain / (self.verify_cost(k, setting) + d * k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
             elif term < 0.01:
@@ -173,9 +189,12 @@ class GainPolicy:
         return acc / (acc + rej)
 
     def describe(self):
-        curve = ", ".join(f"{r}: {c:.2f}" for r, c in sorted(self.costs.items()))
+        def show(costs):
+            return ", ".join(f"{r}: {c:.2f}" for r, c in sorted(costs.items()))
+        others = "".join(f"; on the thread governor's '{name}' setting: {show(curve)}"
+                         for name, curve in self.curves.items() if name)
         return (f"draft policy: auto (verify cost in one-row decodes of {self.one_row * 1000:.1f} ms, "
-                f"by rows: {curve})")
+                f"by rows: {show(self.costs)}{others})")
 
 
 def _interpolate(costs, rows):

@@ -114,3 +114,19 @@ def test_a_model_drafters_probabilities_size_its_draft():
         p.observe("mtp", [1, 2, 3], [9], 0.0, probs=sure)
     assert p.take("mtp", 6, probs=sure + unsure) == 0
     assert p.take("mtp", 6, probs=[0.6] * 6) == middling     # another bucket: untouched
+
+
+def test_the_curve_follows_the_thread_setting():
+    """On one thread a batch row costs more: where the governor moved the context there,
+    a draft that pays on every core is cut."""
+    cores = {1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87}
+    one = {1: 1.0, 2: 2.5, 4: 4.2, 8: 7.6, 16: 14.5}
+    p = trained(GainPolicy(cores, 0.007, others={"one": (one, 0.008)}), "m", 0.9, steps=80, k=8)
+    setting = ["all"]
+    p.setting = lambda: setting[0]
+    on_cores = p.best("m", 8)
+    setting[0] = "one"
+    assert p.verify_cost(8, "one") == pytest.approx(7.6 + (14.5 - 7.6) / 8)
+    assert p.best("m", 8) < on_cores
+    setting[0] = "all"
+    assert p.best("m", 8) == on_cores
