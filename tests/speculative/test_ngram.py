@@ -144,3 +144,31 @@ def test_the_same_request_again_drafts_the_previous_answer(method):
     d.observe(full, len(full) - 1, 0, 0, 0)
     d.begin(prompt + PHRASE[:4], len(prompt) + 3, None)    # the retry, 4 tokens in
     assert list(d.propose(prompt + PHRASE[:4], len(prompt) + 3, room=8).tokens) == PHRASE[4:8]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_ngram_mod_drafts_only_what_memory_says(seed):
+    """Random small-vocabulary texts over several answers (so segments, repeats and loops
+    all occur): every draft token followed its n preceding tokens (text + draft so far)
+    somewhere in memory, and no draft exceeds its limit."""
+    import random
+    rng = random.Random(seed)
+    n, lo, hi = rng.choice([(1, 1, 4), (2, 1, 6), (3, 2, 8), (4, 1, 5)])
+    d = drafter("ngram-mod", ngram_n=n, ngram_min=lo, ngram_max=hi)
+    drafted = 0
+    for _answer in range(4):
+        history = [rng.randrange(6) for _ in range(rng.randrange(1, 12))]
+        d.begin(history, len(history) - 1, None)
+        for _step in range(40):
+            room = rng.randrange(0, 10)
+            draft = list(d.propose(history, len(history) - 1, room).tokens)
+            assert len(draft) <= min(room, hi) and (not draft or len(draft) >= lo)
+            memory = [tuple(d.corpus[e - n:e + 1]) for e in range(n, len(d.corpus))]
+            text = history + draft
+            for i, tok in enumerate(draft):
+                end = len(history) + i
+                assert tuple(text[end - n:end + 1]) in memory, (n, text, d.corpus)
+            drafted += len(draft)
+            history += [rng.randrange(6) for _ in range(rng.randrange(1, 4))]
+            d.observe(history, len(history) - 1, 0, len(draft), 0)
+    assert drafted > 0

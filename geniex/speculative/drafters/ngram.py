@@ -159,8 +159,8 @@ class NgramMod(_Indexed):
         longest, and how many tokens of that context matched; ``(None, 0)`` if none."""
         corpus, n = self.corpus, self.n
         total = len(corpus) + len(out)
-        if total < n:
-            return None, 0
+        if total - self.seg < n:
+            return None, 0                     # the text is its segment: shorter than a key
         short = n - len(out)               # key tokens that come from the corpus
         key = tuple(corpus[len(corpus) - short:] + out) if short > 0 else tuple(out[-n:])
         e = self.last.get(key)
@@ -177,10 +177,10 @@ class NgramMod(_Indexed):
 
     def _context(self, e, out, total):
         """How many tokens before occurrence ``e``'s key equal those before the text's
-        key (up to CONTEXT)."""
-        corpus, n, size = self.corpus, self.n, len(self.corpus)
+        key (up to CONTEXT; the text starts at its segment)."""
+        corpus, n, size, start = self.corpus, self.n, len(self.corpus), self.seg
         a, b, m = e - n - 1, total - n - 1, 0
-        while m < CONTEXT and a >= 0 and b >= 0:
+        while m < CONTEXT and a >= 0 and b >= start:
             if corpus[a] != (corpus[b] if b < size else out[b - size]):
                 break
             a, b, m = a - 1, b - 1, m + 1
