@@ -102,6 +102,7 @@ class Session:
         # whose one-row decodes take the same path on any number of threads.
         governed = (options.adaptive_threads and max(self.threads, self.threads_batch) > 1
                     and cache_types.exact_on_threads(self.ctx.type_k, self.ctx.type_v, 2))
+        governor = ThreadGovernor(self.ctx, self.threads, self.threads_batch) if governed else None
         self.policy = policy.FixedPolicy()
         if self.drafter is not None and options.spec.policy == "auto":
             # Calibrated before the governor is attached (it would move threads mid-way).
@@ -109,13 +110,11 @@ class Session:
             # ~5.5 on 2 cores), so where the governor may move the answer to one thread
             # the policy gets that curve too and follows the governor's setting.
             costs, one_row = self._verify_cost(self.threads, self.threads_batch)
-            others = {"one": self._verify_cost(1, 1)} if governed else {}
-            self.policy = policy.GainPolicy(costs, one_row, others=others)
+            others = {"one": self._verify_cost(1, 1)[0]} if governor else {}
+            self.policy = policy.GainPolicy(costs, one_row, others=others,
+                                            setting=(lambda: governor.mode) if governor else None)
             self.spec_notes.append(self.policy.describe())
-        if governed:
-            self.ctx.governor = ThreadGovernor(self.ctx, self.threads, self.threads_batch)
-            if isinstance(self.policy, policy.GainPolicy):
-                self.policy.setting = lambda gov=self.ctx.governor: gov.mode
+        self.ctx.governor = governor
 
     def _warm_up(self):
         # The first decode pays for graph allocation and weight repacking; do it at load

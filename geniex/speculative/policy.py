@@ -15,11 +15,12 @@ k to maximise expected committed tokens per unit of time:
 of 1, 2, 4, 8 and 16 rows, interpolated between them; cached per model file, threads and
 KV cache type), on every core and, where the thread governor may move the answer to one
 thread, on one thread too (a batch row costs more there: 9 rows ~8 one-row decodes
-against ~5.5 on 2 cores), and the policy uses the curve of the governor's setting; ``a`` is the per-token acceptance of each drafting method's drafts of
-the draft's grade (the drafter's own confidence class: for ngram-mod, how much context
-before the key matched; 0 for methods without one), learnt from every step it drafted
-(a decayed count of tokens accepted before the first rejection); ``d`` is its measured drafting time per token
-relative to a one-row decode (~0 for n-gram methods). A model drafter (draft-simple,
+against ~5.5 on 2 cores), and the policy uses the curve of the governor's setting;
+``a`` is the per-token acceptance of each drafting method's drafts of the draft's grade
+(the drafter's own confidence class: for ngram-mod, how much context before the key
+matched; 0 for methods without one), learnt from every step it drafted (a decayed count
+of tokens accepted before the first rejection); ``d`` is its measured drafting time per
+token relative to a one-row decode (~0 for n-gram methods). A model drafter (draft-simple,
 draft-mtp) gives each draft token its own probability: there the i-th token's acceptance
 is the learnt record of that probability's bucket (:data:`PROB_EDGES`, starting from
 trusting the drafter), so E(k) = 1 + a1 + a1*a2 + ... and a draft is cut where the
@@ -75,31 +76,29 @@ class GainPolicy:
 
     name = "auto"
 
-    def __init__(self, costs, one_row_seconds, others=None):
+    def __init__(self, costs, one_row_seconds, others=None, setting=None):
         """``costs``: {rows: time of a decode of that many rows / time of one row} on the
-        context's own thread setting; ``others``: {setting name: (costs, one-row
-        seconds)} for the settings a thread governor may move the context to, and
-        :attr:`setting` a callable naming the current one (the curve then follows it)."""
+        context's own thread setting ("all"); ``others``: {setting name: costs} for the
+        settings a thread governor may move the context to, and ``setting`` a callable
+        naming the current one (the curve then follows it)."""
         self.costs = {int(r): float(c) for r, c in costs.items()}
         self.one_row = max(one_row_seconds, 1e-6)
         self.curves = {name: {int(r): float(c) for r, c in curve.items()}
-                       for name, (curve, _one) in (others or {}).items()}
-        self.curves[""] = self.costs
-        self.setting = lambda: ""
+                       for name, curve in (others or {}).items()}
+        self.curves["all"] = self.costs
+        self.setting = setting or (lambda: "all")
         self._cost = {}                          # setting -> [cost of verifying k drafts (k+1 rows)]
         self.stats = {}                           # (method, grade) -> [accepted, rejected, draft cost d]
         self.calibration = {}                     # method -> [accepted, rejected] per probability bucket
         self.steps = 0
 
-    def verify_cost(self, k, setting=""):
+    def verify_cost(self, k, setting="all"):
         """Time of a (k+1)-row verify in one-row decodes on ``setting`` (a name from
-        ``others``; "" = the context's own), interpolated between measured row counts
+        ``others``, or "all": the context's own), interpolated between measured row counts
         (and extended along the last measured segment)."""
         if setting not in self.curves:
-            setting = ""
-        cost = self._cost.get(setting)
-        if cost is None:
-            cost = self._cost[setting] = [1.0]
+            setting = "all"
+        cost = self._cost.setdefault(setting, [1.0])
         while len(cost) <= k:
             cost.append(_interpolate(self.curves[setting], len(cost) + 1))
         return cost[k]
@@ -192,7 +191,7 @@ class GainPolicy:
         def show(costs):
             return ", ".join(f"{r}: {c:.2f}" for r, c in sorted(costs.items()))
         others = "".join(f"; on the thread governor's '{name}' setting: {show(curve)}"
-                         for name, curve in self.curves.items() if name)
+                         for name, curve in self.curves.items() if name != "all")
         return (f"draft policy: auto (verify cost in one-row decodes of {self.one_row * 1000:.1f} ms, "
                 f"by rows: {show(self.costs)}{others})")
 

@@ -121,7 +121,7 @@ def test_the_curve_follows_the_thread_setting():
     a draft that pays on every core is cut."""
     cores = {1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87}
     one = {1: 1.0, 2: 2.5, 4: 4.2, 8: 7.6, 16: 14.5}
-    p = trained(GainPolicy(cores, 0.007, others={"one": (one, 0.008)}), "m", 0.9, steps=80, k=8)
+    p = trained(GainPolicy(cores, 0.007, others={"one": one}), "m", 0.9, steps=80, k=8)
     setting = ["all"]
     p.setting = lambda: setting[0]
     on_cores = p.best("m", 8)
