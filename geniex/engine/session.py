@@ -194,7 +194,7 @@ def open_session(model, options):
 
 
 # Architectures with a NextN draft graph (``graph_mtp``) in the b11549 library; only
-# qwen35 is exercised by tests (tools/tiny_nextn.py).
+# qwen35 is exercised by tests (tests/support/tiny_nextn.py).
 NEXTN_ARCHS = frozenset((
     "qwen35", "qwen35moe", "qwen3next", "qwen4exp", "glm4moe", "glm-dsa", "glm5-next",
     "deepseek2", "deepseek32", "deepseek4", "mimo2", "step35", "hy_v3", "cohere2moe",

@@ -4,7 +4,7 @@ ggml's CPU backend runs a decode on OpenMP threads that meet at a barrier after 
 graph node, spinning while they wait (the default, active wait policy). On a quiet
 machine that is the fastest way to decode. When another process holds a core, a
 spinning thread and the thread it waits for share one core, and a decode on every core
-can take several times as long as on one thread (tools/BENCHMARKS.md, "Busy machines":
+can take several times as long as on one thread (tools/bench/BENCHMARKS.md, "Busy machines":
 with one busy neighbour on 2 cores, 49 tok/s on 2 threads against 132 on one). A passive
 wait policy removes the stalls but makes every barrier a sleep and a wake-up, which cost
 a third of a quiet two-thread decode's speed, so geniex keeps the active policy and

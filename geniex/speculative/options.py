@@ -22,8 +22,8 @@ NGRAM_METHODS = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "n
 METHODS = MODEL_METHODS + NGRAM_METHODS
 
 # Per n-gram method: (match length, shortest draft, longest draft) when the request
-# leaves them at 0. Chosen by measurement on the demo model (tools/bench_ngram.py,
-# tools/BENCHMARKS.md).
+# leaves them at 0. Chosen by measurement on the demo model (tools/bench/bench_ngram.py,
+# tools/bench/BENCHMARKS.md).
 NGRAM_DEFAULTS = {
     "ngram-mod": (4, 2, 8),
     "ngram-simple": (4, 2, 8),

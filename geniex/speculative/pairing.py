@@ -3,7 +3,7 @@
 They run before any draft context exists, because the library does not fail politely
 on a mismatched pair: a width mismatch aborts the process while the MTP context is
 built, a vocabulary mismatch aborts it mid-draft, and head-size or layer-pattern
-mismatches silently read the wrong KV layers (see tools/tiny_gemma4.py).
+mismatches silently read the wrong KV layers (see tests/support/tiny_gemma4.py).
 """
 from geniex.errors import SpecSetupError
 

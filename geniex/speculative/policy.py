@@ -1,7 +1,7 @@
 """How long each step's draft should be: the one that pays most, or none.
 
 A verify row is not free on a CPU: with the demo model on 2 cores a batch of 2 rows costs
-2.0 one-row decodes, of 4 rows 2.8, of 8 rows 4.2, of 16 rows 7.9 (tools/BENCHMARKS.md),
+2.0 one-row decodes, of 4 rows 2.8, of 8 rows 4.2, of 16 rows 7.9 (tools/bench/BENCHMARKS.md),
 so a short draft barely pays even when it is right, a long draft the target rejects
 loses time, and on text without repeats n-gram drafting can run below plain decoding.
 :class:`GainPolicy` (the default, ``--draft-policy auto``) picks each step's draft length

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from shared_fixtures import ROOT
 
 PROFILE_LINE = re.compile(r"^— [\d.]+ tok/s • \d+ tok • [\d.]+ s first token( • \d+% accept)? —$", re.M)
 

@@ -2,7 +2,6 @@
 name, from a Hub played by a local server (never a real hub)."""
 import json
 
-from fakehub import fake_hub  # noqa: F401  (fixture)
 
 
 def test_infer_pulls_target_and_mtp_draft_then_speculates(cli, fake_hub, tiny):  # noqa: F811

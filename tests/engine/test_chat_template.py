@@ -4,8 +4,6 @@ same library, ``xllamacpp.Server``, in a subprocess) for the demo model and for 
 template written here (default system message, tools and tool turns, BOS written by
 the template, ``raise_exception``); and the same greedy answer through ``geniex
 infer`` and ``geniex serve``."""
-import sys
-from pathlib import Path
 
 import gguf
 import pytest
@@ -20,8 +18,7 @@ from geniex.errors import GenieXError
 from llamacpp_server import Reference
 from serverproc import Server
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import tiny_gemma4  # noqa: E402
+import tiny_gemma4
 
 # A template in the style of a model card's: a default system message, the tools
 # listed in the system turn (| tojson), assistant tool calls whose arguments it prints

@@ -1,5 +1,5 @@
 """The accept loop against a replayed target (one-hot logits on a known answer): the
-loop's bookkeeping, limits and stop rules without a model. tools/replay.py."""
+loop's bookkeeping, limits and stop rules without a model. tests/support/replay.py."""
 import pytest
 
 from geniex.engine.loop import GenOptions, verify

@@ -1,4 +1,4 @@
-"""tools/requantize.py: a Q4_0 copy of the demo model made with gguf-py loads and answers."""
+"""tests/support/requantize.py: a Q4_0 copy of the demo model made with gguf-py loads and answers."""
 import numpy as np
 import pytest
 from gguf.constants import GGMLQuantizationType as Q

@@ -287,7 +287,7 @@ def test_store_cli_and_server_work_without_fcntl(tmp_path):
     assert probe.stdout.strip() == "no fcntl", probe.stderr
     assert "Warning" not in probe.stderr, probe.stderr
     # Tests whose CLI and server subprocesses inherit PYTHONPATH (the conftest ``cli``
-    # fixture, tests/serverproc.py), so the shim applies to those processes too.
+    # fixture, tests/support/serverproc.py), so the shim applies to those processes too.
     # (tests/test_store_cli.py sets its own PYTHONPATH for its subprocesses: not here.)
     proc = _run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-W", "error::UserWarning",
                  "tests/store/test_store_store.py", "tests/store/test_store_names.py",
@@ -409,11 +409,12 @@ def test_remove_says_why_when_a_file_cannot_be_deleted(cli, demo_model, tmp_path
 # -- install markers ---------------------------------------------------------------------
 
 def test_setup_cfg_markers_give_the_bundled_library_only_where_its_wheel_has_the_c_api():
-    """Offline half of tools/check_platforms.py (CI runs the whole resolver): the
+    """Offline half of tools/release/check_platforms.py (CI runs the whole resolver): the
     ``xllamacpp`` requirement's marker, evaluated for each target's environment."""
     import configparser
     from packaging.requirements import Requirement
-    import check_platforms
+    from shared_fixtures import load_tool
+    check_platforms = load_tool("release/check_platforms.py")
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg", encoding="utf-8")
     reqs = [Requirement(line) for line in cfg["options"]["install_requires"].splitlines()
@@ -428,7 +429,7 @@ def test_setup_cfg_markers_give_the_bundled_library_only_where_its_wheel_has_the
 
 
 def test_hub_repull_without_precision_says_already_present(cli, tmp_path):
-    """Two pulls from the fake hub (tests/fakehub.py) with no precision given, so the
+    """Two pulls from the fake hub (tests/support/fakehub.py) with no precision given, so the
     store cannot short-cut by name: the second fetches no file and says so."""
     from fakehub import FakeHub, make_gguf
     with FakeHub() as hub:

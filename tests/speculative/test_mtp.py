@@ -1,7 +1,7 @@
 """draft-mtp (issue 5): a Gemma-4 assistant drafting for its target, end to end.
 
 Runs the real MTP path of the b11549 library on the tiny generated gemma4 target +
-gemma4-assistant pairs (tools/tiny_gemma4.py): the random ``pair`` (drafts almost never
+gemma4-assistant pairs (tests/support/tiny_gemma4.py): the random ``pair`` (drafts almost never
 accepted: the rejection path) and the ``aligned`` pair (55-85% accepted: long accepted
 runs). The property under test everywhere: speculative output is token for token the
 output of plain decoding with the same settings (greedy and seeded), whatever ends the

@@ -1,14 +1,12 @@
 """draft-mtp with the NextN layers bundled in the target (issue 5, "Bundled MTP").
 
-A tiny random ``qwen35`` target (tools/tiny_nextn.py: one gated delta-net layer, one
+A tiny random ``qwen35`` target (tests/support/tiny_nextn.py: one gated delta-net layer, one
 full-attention layer, one NextN block) is loaded with ``load_mtp``; the draft is a
 second, MTP-type context on the same model with a KV cache of its own. The property
 under test: speculative output is token for token the output of plain decoding (the
 plain session loads the same file without its NextN layers), greedy and seeded, and
 the counters and step records agree with each other.
 """
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +16,7 @@ from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.options import NGRAM_DEFAULTS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import tiny_nextn  # noqa: E402
+import tiny_nextn
 
 PROMPTS = ["the cat sat on", "Once upon a time there was a quiet river near old stone bridge"]
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_schema_file_matches_the_table():
     schema = json.loads((ROOT / "schemas" / "chat_completions.request.json").read_text())
     spec_props = {k: v for k, v in schema["properties"].items() if k.startswith("spec_")}
-    assert spec_props == options.schema_properties(), "run: python tools/sync_schemas.py"
+    assert spec_props == options.schema_properties(), "run: python tools/release/sync_schemas.py"
     assert schema["patternProperties"] == options.schema_unknown_pattern()
 
 

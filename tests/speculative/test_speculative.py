@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from fakehub import fake_hub  # noqa: F401  (fixture)
 from geniex.engine.chat import Conversation
 from geniex.engine.loop import GenOptions
 from geniex.engine.session import LoadOptions, Session

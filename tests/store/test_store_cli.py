@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehub import fake_hub, make_gguf  # noqa: F401  (fake_hub is a fixture)
+from fakehub import make_gguf
 from geniex.store import demo_model_path
 from geniex.store.display import human_size
 

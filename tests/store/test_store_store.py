@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from fakehub import fake_hub, make_gguf  # noqa: F401  (fake_hub is a fixture)
+from fakehub import make_gguf
 from geniex.errors import GenieXError, ModelLoadError, ModelNotFound
 from geniex.store import DEMO_NAME, Store, demo_model_path
 from geniex.store import download

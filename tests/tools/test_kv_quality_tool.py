@@ -1,9 +1,10 @@
-"""tools/kv_quality.py on a few hundred tokens: it runs, and q8_0 stays close to f16."""
+"""tools/bench/kv_quality.py on a few hundred tokens: it runs, and q8_0 stays close to f16."""
 import numpy as np
 
 
 def test_kv_quality_measures_kl_and_agreement(demo_model, capsys):
-    import kv_quality
+    from shared_fixtures import load_tool
+    kv_quality = load_tool("bench/kv_quality.py")
     from geniex.llama.objects import Model
     model = Model(demo_model)
     tokens = model.vocab.tokenize(kv_quality.prose(), add_special=False)[:301]

@@ -13,7 +13,7 @@ and of the quantized-cache context (q):
 Uses geniex's own ctypes layer (geniex.llama), one context per cache type, the same
 thread count for all (default 1). Quality does not depend on machine load; the run just takes longer.
 
-    python tools/kv_quality.py [--model PATH] [--tokens 4096] [--chunk 1024] [--types bf16,q8_0,q4_0]
+    python tools/bench/kv_quality.py [--model PATH] [--tokens 4096] [--chunk 1024] [--types bf16,q8_0,q4_0]
 """
 import argparse
 import sys
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from geniex.llama import cache_types  # noqa: E402
 from geniex.llama.objects import Batch, Context, Model  # noqa: E402

@@ -9,7 +9,7 @@ some cut off mid-stream on purpose (``--disconnect-share``) to check that a clie
 leaving frees the model. Prints requests sent, answers, 503 busy answers (retried),
 mismatches against the baseline, errors, and whether the server survived.
 
-    python tools/load_server.py --clients 8 --seconds 120
+    python tools/reliability/load_server.py --clients 8 --seconds 120
 """
 import argparse
 import collections
@@ -27,7 +27,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_server import start_server  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = "demo/SmolLM2-135M-Instruct:Q4_1"
 PROMPTS = ["Say hello.", "List three colours.", "Repeat exactly: the cat sat on the mat. the cat sat on the mat.",
            "What is 2 + 2?", "Write one sentence about rivers."]

@@ -7,8 +7,8 @@ embedding) is copied byte for byte, and ``general.file_type`` is set to the new 
 The demo model (SmolLM2-135M Q4_1) becomes a Q4_0 model, the format of QAT releases
 such as Gemma-4's, so tests can check exactness on Q4_0 weights (which this CPU repacks).
 
-    python tools/requantize.py SRC.gguf DST.gguf [--type q4_0]
-    python tools/requantize.py --demo DST.gguf          # the bundled demo model
+    python tests/support/requantize.py SRC.gguf DST.gguf [--type q4_0]
+    python tests/support/requantize.py --demo DST.gguf          # the bundled demo model
 
 Requantizing from an already quantized file loses a little more than quantizing from
 the original weights; for a test fixture that is irrelevant (it is a valid Q4_0 model).
@@ -79,7 +79,7 @@ def requantize(src, dst, qtype="q4_0", *, reuse=True):
 
 def demo_q4_0(directory):
     """A Q4_0 copy of the bundled demo model in ``directory`` (made once, then reused)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from geniex.store import demo_model_path
     src = demo_model_path()
     if src is None:
@@ -97,7 +97,7 @@ def main(argv=None):
     if args.demo == bool(args.src):
         ap.error("give SRC or --demo (not both)")
     if args.demo:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from geniex.store import demo_model_path
         args.src = demo_model_path()
     out = requantize(args.src, args.dst, args.type, reuse=False)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Choose n-gram drafting parameters by measurement on the demo model.
 
-    python tools/bench_ngram.py [--tokens N] [--rounds R] [--methods ...] [--no-timing]
+    python tools/bench/bench_ngram.py [--tokens N] [--rounds R] [--methods ...] [--no-timing]
 
 Grid: match length n in {2,3,4,6,8,12,24}, minimum draft in {1,2,4,48}, maximum draft
 in {8,16,64} (combinations with min > max are skipped), for every n-gram method, on
@@ -11,7 +11,7 @@ wasted rows).
 Two stages:
 
 1. Replay (exact, no timing): the demo model answers each prompt once, plainly. Because
-   speculative output equals plain output token for token (tools/bench.py checks it on
+   speculative output equals plain output token for token (tools/bench/bench.py checks it on
    every run), the drafts and acceptances of any parameter set are fully determined by
    that answer. The replay runs the real loop (``geniex.engine.loop.steps``) and the
    real drafters against a stand-in context whose logits are one-hot on the plain
@@ -34,7 +34,7 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench  # noqa: E402  (tools/bench.py: prompts, workers, table helpers)
+import bench  # noqa: E402  (tools/bench/bench.py: prompts, workers, table helpers)
 
 from geniex.engine.loop import GenOptions  # noqa: E402
 from geniex.engine.sampling import SamplingParams  # noqa: E402

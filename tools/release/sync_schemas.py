@@ -5,14 +5,14 @@ defined. ``tests/fast/test_spec_options.py`` fails while the file and the table 
 The file keeps its layout (one property a line); only the ``spec_*`` lines and the
 ``patternProperties`` block are replaced.
 
-    python tools/sync_schemas.py
+    python tools/release/sync_schemas.py
 """
 import json
 import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from geniex.speculative import options  # noqa: E402

@@ -1,5 +1,5 @@
 """A stand-in target that replays a known answer, for testing the accept loop and the
-n-gram drafters without a model (the fast test tier, ``tools/bench_ngram.py``).
+n-gram drafters without a model (the fast test tier, ``tools/bench/bench_ngram.py``).
 
 The context's logits are one-hot on the next token of ``sequence`` (prompt + the
 plain answer) at each row's position, so greedy decoding through

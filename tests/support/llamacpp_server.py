@@ -4,11 +4,11 @@ reference for chat prompts, in a subprocess on a loopback port.
 Tests ask it what a chat request becomes: ``POST /apply-template`` (the prompt text
 its Jinja engine renders from the GGUF's template), ``POST /tokenize`` with
 ``add_special`` (the tokens its chat route decodes) and ``/v1/chat/completions``.
-It runs in its own process, as tools/bench.py runs it, so that its copy of the
+It runs in its own process, as tools/bench/bench.py runs it, so that its copy of the
 library never shares a process with ours. Settings follow geniex's defaults (n_ubatch
 32, every physical core, a q8_0 KV cache) so that greedy answers can be compared.
 
-    python tests/llamacpp_server.py MODEL.gguf   # prints the address, serves until stdin closes
+    python tests/support/llamacpp_server.py MODEL.gguf   # prints the address, serves until stdin closes
 """
 import subprocess
 import sys
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Reference:
@@ -47,8 +47,12 @@ class Reference:
         return r.json()["tokens"]
 
     def close(self):
-        from local_server import stop_process      # tools/ (on sys.path via conftest)
-        stop_process(self.proc)
+        # _serve returns when its stdin closes.
+        try:
+            self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     def __enter__(self):
         return self

@@ -6,7 +6,7 @@ This is how the environment markers on ``xllamacpp`` in setup.cfg were chosen. I
 maintainer's tool, not part of geniex: it needs ``lief`` (``pip install lief``), a
 pure-Python-installable reader for all three formats, and network access to PyPI.
 
-Usage: python tools/wheel_exports.py [--version 2026.10.11549] [--keep DIR]
+Usage: python tools/release/wheel_exports.py [--version 2026.10.11549] [--keep DIR]
 
 Result for 2026.10.11549 (2026-11-30):
   win_arm64      no wheel
@@ -22,7 +22,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from geniex.llama import api  # noqa: E402
 

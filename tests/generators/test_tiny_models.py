@@ -1,4 +1,4 @@
-"""The tiny Gemma-4 test-model generator (tools/tiny_gemma4.py): files, not inference.
+"""The tiny Gemma-4 test-model generator (tests/support/tiny_gemma4.py): files, not inference.
 
 End-to-end MTP tests that load these files into the library live elsewhere; these
 check that the generator is deterministic and writes exactly the metadata and
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.fast   # needs no model: the fast tier
 
 gguf = pytest.importorskip("gguf")
 
-_TOOL = Path(__file__).resolve().parents[2] / "tools" / "tiny_gemma4.py"
+_TOOL = Path(__file__).resolve().parents[1] / "support" / "tiny_gemma4.py"
 _spec = importlib.util.spec_from_file_location("tiny_gemma4", _TOOL)
 tg = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tg)

@@ -7,7 +7,7 @@ Prints the figures the README's "Reliability" section quotes: requests sent, inp
 tried, failures by check, 5xx answers, and whether the process survived.
 
     pip install -e '.[reliability]'        # or: pip install schemathesis
-    python tools/fuzz_server.py --max-examples 700 --seed 12
+    python tools/reliability/fuzz_server.py --max-examples 700 --seed 12
 
 ``--max-examples`` is per operation and phase; with ``--max-time`` schemathesis
 repeats its fuzzing and stateful phases until the time is spent (the README's run:
@@ -30,7 +30,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_server import start_server  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
 

@@ -23,7 +23,7 @@ policy per round) so slow drifts in the machine's load hit every setting alike; 
 gives medians over all rounds, in ms, and each batch's cost relative to a one-row decode
 of the same setting.
 
-    python tools/bench_contention.py [--neighbour] [--rounds 3] [--reps 8] [--pos 300]
+    python tools/bench/bench_contention.py [--neighbour] [--rounds 3] [--reps 8] [--pos 300]
 """
 import argparse
 import json
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POLICIES = {"default": {}, "active": {"OMP_WAIT_POLICY": "active"},
             "passive": {"OMP_WAIT_POLICY": "passive"}, "spin10k": {"GOMP_SPINCOUNT": "10000"}}
 THREADS = {"1": (1, 1), "2": (2, 2), "1/2": (1, 2)}

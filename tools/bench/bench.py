@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Decode speed of geniex's loop, against itself and against llama.cpp's own loop.
 
-    python tools/bench.py [--tokens N] [--rounds R] [--quick] [--markdown F] [--plot F.png]
+    python tools/bench/bench.py [--tokens N] [--rounds R] [--quick] [--markdown F] [--plot F.png]
 
 On the demo model (SmolLM2-135M Q4_1), greedy, five workloads: open prose, a code edit
 whose answer repeats the input, quoting a passage, a second edit of the same code (an
@@ -49,7 +49,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 NCTX = 4096
@@ -558,7 +558,7 @@ def main(argv=None):
     with contextlib.redirect_stdout(Tee(sys.stdout, buf)):
         report(args, cfgs, prompts, runs, model_bytes, costs)
     if args.markdown:
-        Path(args.markdown).write_text(f"# tools/bench.py {' '.join(sys.argv[1:])}\n{buf.getvalue()}",
+        Path(args.markdown).write_text(f"# tools/bench/bench.py {' '.join(sys.argv[1:])}\n{buf.getvalue()}",
                                        encoding="utf-8")
     if args.plot:
         plot(args.plot, cfgs, prompts, runs, args.rounds)

@@ -8,7 +8,7 @@ MTP code path end to end. The weights are random (fixed numpy seeds, so the file
 byte-for-byte reproducible); the output is gibberish, but deterministic.
 
 API: :func:`write_target`, :func:`write_assistant`, :func:`write_llama`,
-:func:`make_pair`, :func:`make_mismatched`. CLI: ``python tools/tiny_gemma4.py OUTDIR``.
+:func:`make_pair`, :func:`make_mismatched`. CLI: ``python tests/support/tiny_gemma4.py OUTDIR``.
 
 Facts beyond the recipe in /work/shared/reference/models.md (checked against the
 b11549 library in xllamacpp 2026.10.11549, via ctypes):

@@ -14,7 +14,7 @@ before pip starts, so every marker, ours and our dependencies', is evaluated for
 target. Fails (exit 1) if any platform does not resolve, or if a platform that should
 get the bundled library (``xllamacpp``) does not, or one that should not does.
 
-Usage: python tools/check_platforms.py [--python-version 3.12] [platform ...]
+Usage: python tools/release/check_platforms.py [--python-version 3.12] [platform ...]
 Needs network access to the package index; installs nothing.
 """
 import argparse
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # name -> (pip --platform tags, marker environment, whether xllamacpp is expected)
 PLATFORMS = {
@@ -53,7 +53,7 @@ env = json.loads(sys.argv[1])
 import pip._vendor.packaging.markers as markers
 base = markers.default_environment
 if not callable(base):
-    raise SystemExit("pip's vendored packaging has no default_environment(); update tools/check_platforms.py")
+    raise SystemExit("pip's vendored packaging has no default_environment(); update tools/release/check_platforms.py")
 markers.default_environment = lambda: {**base(), **env}
 from pip._internal.cli.main import main
 sys.exit(main(sys.argv[2:]))

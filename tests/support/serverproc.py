@@ -16,7 +16,7 @@ from referencing import Registry, Resource
 
 from geniex.server.validation import schemas
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = "demo/SmolLM2-135M-Instruct:Q4_1"
 
 

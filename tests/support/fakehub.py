@@ -264,6 +264,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_hub():
-    """A running FakeHub, stopped after the test (import this fixture into a test module)."""
+    """A running FakeHub, stopped after the test (a plugin fixture: tests/conftest.py)."""
     with FakeHub() as hub:
         yield hub

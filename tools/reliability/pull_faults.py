@@ -1,5 +1,5 @@
 """Faults during ``geniex pull``, repeated for a bounded number of rounds against the
-local fake Hub (``tests/fakehub.py``, on 127.0.0.1: nothing leaves the machine).
+local fake Hub (``tests/support/fakehub.py``, on 127.0.0.1: nothing leaves the machine).
 
 Each round pulls a ~1 MB model into a fresh store under one random fault, then pulls
 again without it, and checks what the store promises: the pull under fault fails
@@ -13,7 +13,7 @@ with the exact bytes. Faults:
   fail with EFBIG as on a full disk);
 - ``bad-sha``: the Hub lists a wrong sha256 (the pull must refuse the file).
 
-    python tools/pull_faults.py --rounds 40 --seed 3
+    python tools/reliability/pull_faults.py --rounds 40 --seed 3
 """
 import argparse
 import collections
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from fakehub import FakeHub, make_gguf  # noqa: E402
 

@@ -13,7 +13,7 @@ Here ``full_attention_interval = 1``: every trunk layer is a full-attention laye
 no gated delta-net tensor is needed (the ``ssm.*`` keys must still be present: the
 loader reads them unconditionally).
 
-API: :func:`write_target`. CLI: ``python tools/tiny_nextn.py OUTDIR``.
+API: :func:`write_target`. CLI: ``python tests/support/tiny_nextn.py OUTDIR``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ import numpy as np
 
 import gguf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tiny_gemma4 import EOS_ID, _add_vocab, _Weights, _write, spm_vocab  # noqa: E402
+from tiny_gemma4 import EOS_ID, _add_vocab, _Weights, _write, spm_vocab
 
 ARCH = "qwen35"
 
