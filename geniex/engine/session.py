@@ -164,6 +164,11 @@ class Session:
         drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
         return Generation(self, prompt_tokens, opts, drafter, cancel)
 
+    def run(self, task, cancel=None):
+        """Run a server task (:mod:`geniex.engine.tasks`) on this session: its events."""
+        from geniex.engine import tasks     # tasks builds on chat, which builds on sessions
+        return tasks.run(self, task, cancel)
+
     @property
     def speculative(self):
         return self.drafter is not None

@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from geniex.engine import tasks
 from geniex.server.validation import ApiError
 
 log = logging.getLogger("geniex.server")
@@ -91,13 +92,17 @@ class CacheKey:
 
 
 class Lease:
-    """The turn on the resident Session; :meth:`release` (or leaving the ``with``
+    """The turn on the resident model; :meth:`release` (or leaving the ``with``
     block) hands it to the next request. Releasing twice is harmless."""
 
     def __init__(self, cache, session):
         self.session = session
         self._cache = cache
         self.released = False
+
+    def run(self, task, cancel=None):
+        """Run a task (:mod:`geniex.engine.tasks`) on the resident model: its events."""
+        return self.session.run(task, cancel)
 
     def release(self):
         if not self.released:
@@ -174,7 +179,8 @@ class ModelCache:
             session = self._session
             if session is None:
                 return None
-            session.reset(drafts=True)
+            for _ in session.run(tasks.ForgetDrafts()):
+                pass
             return session.name
         finally:
             self._turn.release()
