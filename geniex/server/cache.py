@@ -135,8 +135,9 @@ class ModelCache:
         self.loads = 0                          # models loaded since the start (/health)
         self._wake = threading.Event()
         self._closed = False
-        self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
-        self._reaper.start()
+        # The keepalive thread starts with the first model load, so that making an app
+        # (create_app) starts nothing until it serves.
+        self._reaper = None
 
     def lease(self, key, load, cancel=None):
         """Wait for our turn, make sure the model for ``key`` is resident (calling
@@ -161,6 +162,9 @@ class ModelCache:
                 self._free("another model or load setting was requested")
                 log.info("loading %s", key.model)
                 self._session = load()
+                if self._reaper is None:
+                    self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
+                    self._reaper.start()
                 self._key = key
                 self.loads += 1
             return Lease(self, self._session)
