@@ -5,7 +5,8 @@ sample each verify row exactly as plain decoding samples each step: same logits,
 penalty history, same position in the random stream. That is what makes seeded
 speculative output identical to plain seeded output.
 
-Order (as llama.cpp's default chain): penalties, top-k, top-p, min-p, temperature, draw.
+Order (as llama.cpp's default chain): logit bias, penalties, top-k, top-p, min-p,
+temperature, draw.
 ``temperature <= 0`` is greedy (argmax after penalties) and draws nothing.
 """
 import time
@@ -27,6 +28,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int = 0               # 0 = a fresh random seed per answer
     penalty_last_n: int = 64    # how many recent tokens the penalties look at (llama.cpp default)
+    logit_bias: tuple = ()      # ((token, bias), ...) added to the logits; -inf bans a token
+    ignore_eos: bool = False    # ban end-of-generation tokens (the engine turns it into biases)
 
     @property
     def greedy(self):
@@ -49,6 +52,11 @@ class Sampler:
         self.n_vocab = n_vocab
         self._window = []
         self._counts = np.zeros(n_vocab, dtype=np.int32) if params.penalized else None
+        self._bias = None
+        if params.logit_bias:
+            self._bias = np.zeros(n_vocab, dtype=np.float32)
+            for token, bias in params.logit_bias:
+                self._bias[token] += bias
         if self._counts is not None:
             for t in list(history)[-params.penalty_last_n:]:
                 self.accept(t)
@@ -77,7 +85,8 @@ class Sampler:
     def sample(self, logits):
         """Pick a token from one row of logits (a numpy float32 view)."""
         p = self.params
-        x = self._penalize(logits) if self._counts is not None else logits
+        x = logits + self._bias if self._bias is not None else logits
+        x = self._penalize(x) if self._counts is not None else x
         if p.greedy:
             return int(np.argmax(x))
         # Candidate set: top-k (or all), sorted by logit only when top-p needs the order.

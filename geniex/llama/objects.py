@@ -122,6 +122,10 @@ class Model:
         return raw.decode("utf-8", "replace") if raw else None
 
     @property
+    def n_params(self):
+        return int(self._lib.llama_model_n_params(self.ptr))
+
+    @property
     def n_cls_out(self):
         """Outputs of a classifier head (a reranker's scores); 0 without one."""
         return int(self._lib.llama_model_n_cls_out(self.ptr))
