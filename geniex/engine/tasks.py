@@ -48,6 +48,7 @@ class ChatTask:
     template_kwargs: dict | None = None  # more template variables (chat_template_kwargs)
     keep_cache: bool = False             # reuse the KV cache of the previous answer's prefix
     continue_final: bool = False
+    add_generation_prompt: bool = True   # end the prompt where the assistant's answer starts
     streaming: Streaming = field(default_factory=Streaming)
 
 
@@ -102,6 +103,7 @@ class TemplateTask:
     tools: list | None = None
     template_kwargs: dict | None = None
     continue_final: bool = False
+    add_generation_prompt: bool = True
 
 
 @dataclass
@@ -187,7 +189,7 @@ def run(session, task, cancel=None):
 
 # -- answers ----------------------------------------------------------------------------
 def _chat(session, task, cancel):
-    prompt = _render(session, task.messages, task.tools, task.template_kwargs, task.continue_final)
+    prompt = _render(session, task)
     tokens = session.tokenize_prompt(prompt)
     yield from _decode(session, task, tokens, cancel)
 
@@ -228,7 +230,7 @@ def _decode(session, task, tokens, cancel):
     """The loop over ``tokens`` for a decoding task: Progress, Piece and Done events."""
     if not task.keep_cache:
         session.reset()
-    options = _banned_eog(task.options, session.vocab)
+    options = _sampling_for(task.options, session)
     streaming = task.streaming
     t0 = time.perf_counter()
     reports = []
@@ -250,13 +252,21 @@ def _decode(session, task, tokens, cancel):
     yield Done(generation.stats)
 
 
-def _banned_eog(options, vocab):
-    """``ignore_eos``: the end-of-generation tokens get a bias of -inf (as llama.cpp)."""
+def _sampling_for(options, session):
+    """The sampling settings with ``logit_bias`` keys as token ids (a text key biases
+    each of its tokens, as llama.cpp) and ``ignore_eos`` as a -inf bias on the
+    end-of-generation tokens (as llama.cpp)."""
     sampling = options.sampling
-    if sampling is None or not getattr(sampling, "ignore_eos", False):
+    if sampling is None or not (sampling.logit_bias or sampling.ignore_eos):
         return options
-    bias = tuple(sampling.logit_bias) + tuple((t, float("-inf")) for t in sorted(vocab.eog))
-    return dataclasses.replace(options, sampling=dataclasses.replace(sampling, logit_bias=bias))
+    vocab = session.vocab
+    bias = []
+    for key, value in sampling.logit_bias:
+        tokens = vocab.tokenize(key, add_special=False, parse_special=False) if isinstance(key, str) else [key]
+        bias += [(t, value) for t in _token_ids(session, tokens, "logit_bias")]
+    if sampling.ignore_eos:
+        bias += [(t, float("-inf")) for t in sorted(vocab.eog)]
+    return dataclasses.replace(options, sampling=dataclasses.replace(sampling, logit_bias=tuple(bias)))
 
 
 def _running(stats, produced, t0):
@@ -303,7 +313,7 @@ def _detokenize(session, task):
 
 
 def _template(session, task):
-    return {"prompt": _render(session, task.messages, task.tools, task.template_kwargs, task.continue_final)}
+    return {"prompt": _render(session, task)}
 
 
 def _props(session, task):
@@ -358,13 +368,15 @@ def _rerank(session, task):
 
 
 # -- shared pieces ----------------------------------------------------------------------
-def _render(session, messages, tools, template_kwargs, continue_final):
-    """The prompt text of ``messages``; with ``continue_final`` it ends with the last
-    (assistant) message's text, so the answer continues it."""
+def _render(session, task):
+    """The prompt text of a chat or template task's messages; with ``continue_final`` it
+    ends with the last (assistant) message's text, so the answer continues it."""
     template = template_for(session.model)
-    if not continue_final:
-        return template.render(messages, tools=tools, extra=template_kwargs)
-    text = template.render(messages, add_assistant=False, tools=tools, extra=template_kwargs)
+    messages = task.messages
+    if not task.continue_final:
+        return template.render(messages, add_assistant=task.add_generation_prompt, tools=task.tools,
+                               extra=task.template_kwargs)
+    text = template.render(messages, add_assistant=False, tools=task.tools, extra=task.template_kwargs)
     last = messages[-1].get("content") or ""
     cut = text.rfind(last) if last else -1
     if cut < 0:
