@@ -153,6 +153,7 @@ class Progress:
     cache: int
     processed: int
     time_ms: float
+    timings: dict | None = None          # with timings_per_token (llama.cpp sends both)
 
 
 @dataclass
@@ -236,8 +237,14 @@ def _decode(session, task, tokens, cancel):
     reports = []
     progress = None
     if streaming.progress:
-        progress = lambda total, cache, done: reports.append(
-            Progress(total, cache, done, (time.perf_counter() - t0) * 1000))
+        def progress(total, cache, done):
+            ms = (time.perf_counter() - t0) * 1000
+            timings = None
+            if streaming.timings_per_token:
+                timings = {"cache_n": cache, "prompt_n": done - cache, "prompt_ms": ms if done > cache else 0.0,
+                           "prompt_per_second": (done - cache) / ms * 1000 if done > cache and ms > 0 else 0.0,
+                           "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_second": 0.0}
+            reports.append(Progress(total, cache, done, ms, timings))
     generation = session.generate(tokens, options, cancel=cancel, speculative=streaming.speculative,
                                   progress=progress)
     produced = 0

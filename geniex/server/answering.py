@@ -226,15 +226,22 @@ class Answerer:
                 raise ApiError(400, "model: required: name a stored model (see GET /v1/models), or start the "
                                "server with --model NAME to answer requests that name none", param="model",
                                code="model_required")
-            return self._runnable(self.resolve(default)), []
+            return self._runnable(self._resolve_default(default)), []
         try:
             return self._runnable(self.resolve(name)), []
         except ApiError as e:
             if default is None or e.status != 404 or name == default:
                 raise
         log.info("model %r is not in the store; answering with %s", name, default)
-        return self._runnable(self.resolve(default)), [
+        return self._runnable(self._resolve_default(default)), [
             f"model {name!r} is not in the store; answered by {default} (the server's default model)"]
+
+    def _resolve_default(self, name):
+        # The default model is the operator's (--model) or already loaded: a path is fine.
+        try:
+            return self.store.resolve(name, paths=True)
+        except GenieXError as e:
+            raise ApiError(404, f"the default model {name}: {e}", param="model", code="model_not_found") from None
 
     def _sized(self, body, target):
         """``body`` with the context size checked against the model's trained context and
@@ -327,7 +334,9 @@ class Answerer:
         """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
         errors a request causes to their statuses; the lease is released on failure."""
         try:
-            return Answer(lease, lease.run(task, cancel), model, warnings, self.metrics)
+            answer = Answer(lease, lease.run(task, cancel), model, warnings, self.metrics)
+            answer.task = task
+            return answer
         except Cancelled as e:
             log.info("%s: request cancelled (the client went away or the server is stopping) while its "
                      "prompt was processed; stopped after %d of %d prompt tokens", model, e.done, e.total)

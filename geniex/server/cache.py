@@ -201,6 +201,11 @@ class ModelCache:
         session = self._session
         return session.name if session is not None else None
 
+    def resident_nctx(self):
+        """The resident model's context length, or None."""
+        key = self._key
+        return key.nctx if key is not None else None
+
     def waiting(self):
         """Requests waiting for the turn (llama.cpp's ``requests_deferred``)."""
         return self._turn.waiting()

@@ -67,10 +67,13 @@ def chat_completion(env, text, stats, warnings=()):
     return body
 
 
-def completion(env, text, stats):
+def completion(env, text, stats, warnings=()):
     """A whole ``text_completion``."""
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(stats.stop_reason)}
-    return env.wrap("text_completion", [choice], usage=usage(stats), timings=profile.timings(stats))
+    body = env.wrap("text_completion", [choice], usage=usage(stats), timings=profile.timings(stats))
+    if warnings:
+        body["warnings"] = list(warnings)
+    return body
 
 
 def chat_chunk(env, delta, finish=None, include_usage=False, stats=None, warnings=()):
@@ -86,6 +89,18 @@ def text_chunk(env, text, finish=None, include_usage=False, stats=None):
     ``timings``."""
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
     return env.wrap("text_completion", [choice], **_extras(include_usage, stats))
+
+
+def extras(event):
+    """The fields an engine event adds to its stream chunk: llama.cpp's
+    ``prompt_progress`` and per-token ``timings`` (when the request asked for them)."""
+    out = {}
+    if getattr(event, "timings", None) is not None:
+        out["timings"] = event.timings
+    if hasattr(event, "processed"):
+        out["prompt_progress"] = {"total": event.total, "cache": event.cache, "processed": event.processed,
+                                  "time_ms": event.time_ms}
+    return out
 
 
 def usage_chunk(env, obj, stats):

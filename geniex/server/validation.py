@@ -105,6 +105,14 @@ def validate(body, schema_name):
     raise ApiError(400, f"{param or 'body'}: {_explain(error)}", param=param or None, code="invalid_value")
 
 
+def validate_spec(body):
+    """Check a body's ``spec_*`` fields by the chat schema's rules (routes without a
+    schema of their own, or one that does not list them, take the same fields)."""
+    spec = {k: v for k, v in body.items() if isinstance(k, str) and k.startswith("spec_")}
+    if spec:
+        validate({**spec, "messages": []}, "chat_completions.request.json")
+
+
 def field_path(parts):
     """``["messages", 0, "role"]`` -> ``"messages[0].role"``."""
     text = ""
