@@ -117,9 +117,9 @@ class Answerer:
 
     ``default_model`` (``geniex serve --model``) answers a request that names no model,
     or a name the store does not hold, as llama.cpp's server answers with its loaded
-    model whatever the request says (with a warning in the answer). Without it, the
-    resident model plays that part once one is loaded; before that a request must name
-    a stored model.
+    model whatever the request says (with a warning in the answer). Without it GenieX's
+    rules hold: a name the store does not hold is a 404 saying to pull it, and a request
+    that names no model gets the resident one (a 400 while none is loaded).
     """
 
     def __init__(self, store, cache, defaults=None, allow_paths=False, memory_budget=None,
@@ -230,6 +230,7 @@ class Answerer:
         try:
             return self._runnable(self.resolve(name)), []
         except ApiError as e:
+            default = self.default_model
             if default is None or e.status != 404 or name == default:
                 raise
         log.info("model %r is not in the store; answering with %s", name, default)
