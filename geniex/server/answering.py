@@ -43,6 +43,7 @@ class Defaults:
     compute: str | None = None
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
+    n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
 
 
 def _get(body, field, default):
@@ -328,6 +329,8 @@ class Answerer:
         nctx = _get(body, "nctx", self.defaults.nctx)
         if sampling.penalty_last_n == -1:
             sampling.penalty_last_n = nctx
+        if self.defaults.n_predict is not None:
+            default_max = nctx if self.defaults.n_predict < 0 else self.defaults.n_predict
         return GenOptions(max_tokens=llama_fields.max_tokens(body, default_max, nctx),
                           stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling)
 
