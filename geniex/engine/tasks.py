@@ -235,18 +235,18 @@ def _decode(session, task, tokens, cancel):
     streaming = task.streaming
     t0 = time.perf_counter()
     reports = []
-    progress = None
-    if streaming.progress:
-        def progress(total, cache, done):
-            ms = (time.perf_counter() - t0) * 1000
-            timings = None
-            if streaming.timings_per_token:
-                timings = {"cache_n": cache, "prompt_n": done - cache, "prompt_ms": ms if done > cache else 0.0,
-                           "prompt_per_second": (done - cache) / ms * 1000 if done > cache and ms > 0 else 0.0,
-                           "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_second": 0.0}
-            reports.append(Progress(total, cache, done, ms, timings))
+
+    def report(total, cache, done):
+        ms = (time.perf_counter() - t0) * 1000
+        timings = None
+        if streaming.timings_per_token:
+            timings = {"cache_n": cache, "prompt_n": done - cache, "prompt_ms": ms if done > cache else 0.0,
+                       "prompt_per_second": (done - cache) / ms * 1000 if done > cache and ms > 0 else 0.0,
+                       "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_second": 0.0}
+        reports.append(Progress(total, cache, done, ms, timings))
+
     generation = session.generate(tokens, options, cancel=cancel, speculative=streaming.speculative,
-                                  progress=progress)
+                                  progress=report if streaming.progress else None)
     produced = 0
     for step in generation:
         yield from reports

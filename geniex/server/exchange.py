@@ -4,7 +4,7 @@ server-sent events."""
 from flask import Response, current_app, request
 
 from geniex.server import body as body_json, sse
-from geniex.server.validation import as_api_error
+from geniex.server.validation import ApiError, as_api_error, validate
 
 KEEP_CACHE_HEADER = "GenieX-KeepCache"
 
@@ -40,6 +40,19 @@ def stream(events, answer, done=True, encode=None):
     return Response(sse.EventStream(events, on_close=answer.close, on_error=lambda e: as_api_error(e).body(),
                                     done=done, encode=encode),
                     mimetype=sse.MIMETYPE, headers=sse.HEADERS)
+
+
+def chat_of(body, schema, convert, field):
+    """An agents' API request (Responses, Messages) answered on the chat path: ``body``
+    checked against ``schema``, made a chat request by ``convert`` (checked as one),
+    and started; an empty conversation is a 400 naming ``field``."""
+    validate(body, schema)
+    chat = convert(body)
+    validate(chat, "chat_completions.request.json")
+    answer = answerer().chat(chat, keep_cache(), cancel())
+    if answer is None:
+        raise ApiError(400, f"{field}: required: the conversation is empty", param=field, code="invalid_value")
+    return answer
 
 
 def include_usage(body):

@@ -12,7 +12,7 @@ from flask import Blueprint, jsonify
 from geniex.engine import tasks
 from geniex.server import shapes, sse
 from geniex.server.answering import chat_messages
-from geniex.server.exchange import answerer, cancel, keep_cache, read_body, stream
+from geniex.server.exchange import answerer, cancel, chat_of, read_body, stream
 from geniex.server.validation import ApiError, validate
 
 bp = Blueprint("messages", __name__)
@@ -79,12 +79,7 @@ def _stop_sequence(body, stats):
 def messages():
     """An Anthropic Messages answer (streamed as named events with ``stream``)."""
     body = read_body()
-    validate(body, "messages.request.json")
-    chat = chat_body(body)
-    validate(chat, "chat_completions.request.json")
-    answer = answerer().chat(chat, keep_cache(), cancel())
-    if answer is None:
-        raise ApiError(400, "messages: required: the conversation is empty", param="messages", code="invalid_value")
+    answer = chat_of(body, "messages.request.json", chat_body, "messages")
     answer.msg_id = shapes.new_id("msg")
     if body.get("stream"):
         return stream(_events(body, answer), answer, done=False, encode=sse.encode_named)

@@ -11,8 +11,8 @@ from flask import Blueprint, jsonify
 
 from geniex.engine import tasks
 from geniex.server import shapes, sse
-from geniex.server.exchange import answerer, cancel, keep_cache, read_body, stream
-from geniex.server.validation import ApiError, validate
+from geniex.server.exchange import chat_of, read_body, stream
+from geniex.server.validation import ApiError
 
 bp = Blueprint("responses", __name__)
 
@@ -96,12 +96,7 @@ class _Response:
 def responses():
     """A Responses API answer (streamed as named events with ``stream``)."""
     body = read_body()
-    validate(body, "responses.request.json")
-    chat = chat_body(body)
-    validate(chat, "chat_completions.request.json")
-    answer = answerer().chat(chat, keep_cache(), cancel())
-    if answer is None:
-        raise ApiError(400, "input: required: the conversation is empty", param="input", code="invalid_value")
+    answer = chat_of(body, "responses.request.json", chat_body, "input")
     resp = _Response(body, answer.model)
     if body.get("stream"):
         return stream(_events(resp, answer), answer, done=False, encode=sse.encode_named)
