@@ -44,7 +44,7 @@ class LoadOptions:
     threads: int = 0                 # one-row decodes (0 = every physical core)
     threads_batch: int = 0           # multi-row batches (0 = every physical core)
     # A quantized KV cache keeps one-row decodes on every core bitwise equal to verify
-    # rows (README, "Identical output"); llama.cpp's names, as -ctk/-ctv take them.
+    # rows (docs/speculative.md, "Identical output"); llama.cpp's names, as -ctk/-ctv take them.
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
     n_ubatch: int = 32
