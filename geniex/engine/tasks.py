@@ -165,9 +165,11 @@ class Result:
 
 @dataclass
 class Done:
-    """The end of a run: the answer's statistics (empty for a task that answers nothing)."""
+    """The end of a run: the answer's statistics (empty for a task that answers nothing)
+    and the logit biases it sampled with (token ids; ``ignore_eos`` included)."""
 
     stats: Stats = field(default_factory=Stats)
+    logit_bias: tuple = ()
 
 
 def run(session, task, cancel=None):
@@ -256,7 +258,7 @@ def _decode(session, task, tokens, cancel):
             timings = _running(generation.stats, produced, t0) if streaming.timings_per_token else None
             yield Piece(step.text, step.committed, timings)
     yield from reports
-    yield Done(generation.stats)
+    yield Done(generation.stats, options.sampling.logit_bias if options.sampling is not None else ())
 
 
 def _sampling_for(options, session):

@@ -67,6 +67,7 @@ class Answer:
         self.warnings = warnings
         self.stats = None                       # the answer's Stats, once it is done
         self.tokens = []                        # the answer's tokens so far
+        self.logit_bias = ()                    # as sampled: ((token, bias), ...)
         self._metrics = metrics
         self._events = events
         try:
@@ -81,6 +82,7 @@ class Answer:
         while event is not None:
             if isinstance(event, tasks.Done):
                 self.stats = event.stats
+                self.logit_bias = event.logit_bias
             elif isinstance(event, tasks.Progress):
                 yield event
             elif event.text or event.tokens:

@@ -356,6 +356,11 @@ def test_logit_bias_and_ignore_eos(server):
     n = ends["usage"]["completion_tokens"] + 5
     forced = ok(server.post("/chat/completions", {**short, "max_tokens": n, "ignore_eos": True}))
     assert forced["usage"]["completion_tokens"] == n and forced["timings"]["stop_reason"] == "length"
+    # /completion reports the biases it sampled with: the end tokens at -inf (null in JSON)
+    native = ok(server.post("/completion", {"prompt": "hi", "n_predict": 1, "ignore_eos": True}))
+    assert native["generation_settings"]["logit_bias"] and \
+        all(e["bias"] is None for e in native["generation_settings"]["logit_bias"])
+    assert ok(server.post("/completion", {"prompt": "hi", "n_predict": 1}))["generation_settings"]["logit_bias"] == []
 
 
 def test_repeat_penalty_is_repetition_penalty_and_cache_prompt_reuses(server):

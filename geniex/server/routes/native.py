@@ -82,7 +82,10 @@ def _final(body, answer, text):
         "tokens_predicted": stats.decode_tokens, "tokens_evaluated": stats.prompt_tokens,
         "generation_settings": {"n_predict": task.options.max_tokens, "stop": list(task.options.stop),
                                 "speculative": bool(task.streaming.speculative and stats.spec_types),
-                                **sampling},
+                                **sampling,
+                                # -inf is null in JSON, as llama.cpp writes it
+                                "logit_bias": [{"token": t, "bias": None if b == float("-inf") else b}
+                                               for t, b in answer.logit_bias]},
         "prompt": body.get("prompt") if isinstance(body.get("prompt"), str) else "",
         "has_new_line": "\n" in text, "truncated": False,
         "stop_type": STOP_TYPE.get(stats.stop_reason, "none"), "stopping_word": "",
