@@ -14,18 +14,19 @@ from geniex.server.validation import ApiError
 
 # Our sampler chain, in the order it runs (geniex.engine.sampling); each name is a
 # sampler of llama.cpp's ``samplers`` list, and the fields that switch it off.
-CHAIN = ("penalties", "top_k", "top_p", "min_p", "temperature")
+CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
 _OFF = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-        "top_k": {"top_k": 0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0}}
+        "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0}}
+_ALIASES = {"typical_p": "typ_p"}
 # llama.cpp's samplers that are no-ops at the neutral values we require below.
-NEUTRAL_SAMPLERS = frozenset(("dry", "top_n_sigma", "typ_p", "typical_p", "xtc", "infill", "adaptive_p"))
+NEUTRAL_SAMPLERS = frozenset(("dry", "top_n_sigma", "xtc", "infill", "adaptive_p"))
 # One-letter forms of a ``samplers`` string (common_sampler_types_from_chars).
 _CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
           "m": "min_p", "x": "xtc", "t": "temperature", "i": "infill", "a": "adaptive_p"}
 
 # field -> test of a value that changes nothing (the field is then accepted).
 NEUTRAL = {
-    "typical_p": lambda v: v >= 1, "top_n_sigma": lambda v: v <= 0, "xtc_probability": lambda v: v <= 0,
+    "top_n_sigma": lambda v: v <= 0, "xtc_probability": lambda v: v <= 0,
     "dynatemp_range": lambda v: v <= 0, "dry_multiplier": lambda v: v <= 0, "mirostat": lambda v: v == 0,
     "n_probs": lambda v: v <= 0, "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
     "t_max_prompt_ms": lambda v: v <= 0, "t_max_predict_ms": lambda v: v <= 0,
@@ -103,6 +104,8 @@ def sampling_fields(body):
             raise ApiError(400, f"repeat_last_n: expected an integer >= -1, got {n!r}", param="repeat_last_n",
                            code="invalid_value")
         out["penalty_last_n"] = n
+    if body.get("typical_p") is not None:
+        out["typical_p"] = _number(body, "typical_p", 0, 1e9)
     seed = body.get("seed")
     if seed in (-1, 0xFFFFFFFF):
         out["seed"] = 0                 # llama.cpp's "random seed"
@@ -156,6 +159,7 @@ def samplers(body, params):
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ApiError(400, "samplers: expected a list of sampler names or a string of letters",
                        param="samplers", code="invalid_value")
+    names = [_ALIASES.get(n, n) for n in names]
     ours = [n for n in names if n in CHAIN]
     unknown = [n for n in names if n not in CHAIN and n not in NEUTRAL_SAMPLERS]
     if unknown:

@@ -310,7 +310,7 @@ def test_without_a_default_model_a_name_is_needed_until_one_is_loaded(tmp_path):
 
 # -- llama.cpp's fields -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [
-    ("n_probs", 3), ("typical_p", 0.5), ("mirostat", 2), ("xtc_probability", 0.5), ("dry_multiplier", 0.8),
+    ("n_probs", 3), ("mirostat", 2), ("xtc_probability", 0.5), ("dry_multiplier", 0.8),
     ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= \"a\""), ("json_schema", {"type": "object"}),
     ("t_max_predict_ms", 100), ("n_predict", 0), ("id_slot", 3), ("samplers", ["top_p", "top_k"]),
     ("samplers", ["mystery"]), ("n_cmpl", 2),
@@ -451,3 +451,28 @@ def test_serve_listens_on_every_address(data_dir):
         assert len(urls) == 2 and "[::1]" in urls[1], s.first_line
         for url in urls:
             assert requests.get(url + "/health", timeout=30).status_code == 200
+
+
+@pytest.mark.fast
+def test_typical_keeps_the_tokens_nearest_the_entropy():
+    import numpy as np
+
+    from geniex.engine.sampling import typical
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    # entropy 1.14 nats; surprises 0.69, 1.20, 1.90, 3.00: the 0.3 token is nearest, then 0.5
+    kept, ids = typical(logits, None, 0.2)
+    assert list(ids) == [1]
+    kept, ids = typical(logits, None, 0.6)
+    assert list(ids) == [1, 0]
+    kept, ids = typical(logits[[3, 0]], np.array([3, 0]), 0.99)
+    assert sorted(ids) == [0, 3] and len(kept) == 2
+
+
+def test_typical_p_samples_the_same_with_speculation(server):
+    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
+            "typical_p": 0.5, "return_tokens": True}
+    plain = ok(server.post("/completion", base))
+    spec = ok(server.post("/completion", {**base, **SPEC}))
+    assert spec["tokens"] == plain["tokens"] and spec["timings"]["draft_n"] > 0
+    other = ok(server.post("/completion", {**base, "typical_p": 1.0}))
+    assert other["generation_settings"]["typical_p"] == 1.0 and plain["generation_settings"]["typical_p"] == 0.5
