@@ -82,6 +82,15 @@ def test_completion_token_array_prompt_and_return_tokens(server):
     assert err["param"] == "prompt" and "not a token id" in err["message"]
 
 
+def test_completion_several_prompts_give_a_list(server):
+    toks = ok(server.post("/tokenize", {"content": "Once upon a time"}))["tokens"]
+    one = ok(server.post("/completion", {"prompt": "Once upon a time", "n_predict": 4}))
+    rows = ok(server.post("/completion", {"prompt": ["Once upon a time", toks], "n_predict": 4}))
+    assert [r["index"] for r in rows] == [0, 1] and rows[0]["content"] == rows[1]["content"] == one["content"]
+    err = error_of(server.post("/completion", {"prompt": ["a", "b"], "n_predict": 4, "stream": True}), 400)
+    assert err["param"] == "prompt"
+
+
 def test_completion_stream_is_native_and_matches(server):
     whole = ok(server.post("/completion", {"prompt": "Once upon a time", "n_predict": 8}))
     events = native_stream(server, "/completion", {"prompt": "Once upon a time", "n_predict": 8})
@@ -476,3 +485,8 @@ def test_typical_p_samples_the_same_with_speculation(server):
     assert spec["tokens"] == plain["tokens"] and spec["timings"]["draft_n"] > 0
     other = ok(server.post("/completion", {**base, "typical_p": 1.0}))
     assert other["generation_settings"]["typical_p"] == 1.0 and plain["generation_settings"]["typical_p"] == 0.5
+
+
+def test_serve_refuses_a_default_model_it_cannot_find(cli):
+    proc = cli("serve", "--host", "127.0.0.1:0", "--model", "nobody/nothing:Q4_0")
+    assert proc.returncode != 0 and "nobody/nothing" in proc.stderr and "geniex pull" in proc.stderr

@@ -28,10 +28,33 @@ def completion():
     body = read_body()
     if "prompt" not in body and "content" in body:
         body["prompt"] = body["content"]        # llama.cpp's older name
+    prompts = body.get("prompt")
+    if isinstance(prompts, list) and len(prompts) > 1 and all(isinstance(p, (str, list)) for p in prompts):
+        return _several(body, prompts)
     validate(body, "completions.request.json")
     validate_spec(body)
     answer = answerer().complete(body, keep_cache(), cancel(), default_max=CHAT_MAX_TOKENS)
     return _native(body, answer)
+
+
+def _several(body, prompts):
+    """Several prompts in one request: answered one after another, a list of results
+    (``index`` = the prompt's place), as llama.cpp's server answers them."""
+    if body.get("stream"):
+        raise ApiError(400, "prompt: several prompts are answered unstreamed only; send one prompt to stream",
+                       param="prompt", code="unsupported_value")
+    if len(prompts) > 64:
+        raise ApiError(400, "prompt: at most 64 prompts per request", param="prompt", code="invalid_value")
+    out = []
+    for i, prompt in enumerate(prompts):
+        one = {**body, "prompt": prompt}
+        validate(one, "completions.request.json")
+        validate_spec(one)
+        answer = answerer().complete(one, keep_cache(), cancel(), default_max=CHAT_MAX_TOKENS)
+        with answer:
+            text = answer.text()
+        out.append({**_final(one, answer, text), "index": i})
+    return jsonify(out)
 
 
 @bp.post("/infill")
