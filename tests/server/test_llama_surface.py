@@ -232,6 +232,9 @@ def test_embeddings_through_the_openai_client(server):
     assert abs(sum(x * x for x in vecs[0]) - 1) < 1e-4                # euclidean-normalised
     assert vecs[0] == vecs[1] and vecs[0] != vecs[2]
     assert out.usage.prompt_tokens > 0
+    counted = [line for line in server.get("/metrics").text.splitlines()
+               if line.startswith("llamacpp:prompt_tokens_total ")]
+    assert float(counted[0].split()[1]) >= out.usage.prompt_tokens        # embeddings are counted too
     b64 = client.embeddings.create(model=VARIANT, input="hello world", encoding_format="base64")
     packed = base64.b64decode(b64.data[0].embedding)               # the SDK leaves base64 as sent
     assert struct.unpack(f"<{len(packed) // 4}f", packed) == pytest.approx(vecs[0], abs=1e-6)

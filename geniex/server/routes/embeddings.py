@@ -4,6 +4,7 @@ pooling (a reranker: rank pooling and a classifier head). Any other model gets a
 saying what it lacks (geniex.engine.embedding)."""
 import base64
 import struct
+import time
 
 from flask import Blueprint, jsonify
 
@@ -35,7 +36,11 @@ def _embed(body, pooled_only):
                        param="dimensions", code="unsupported_value")
     normalize = body.get("embd_normalize")
     task = tasks.EmbedTask(_inputs(body), normalize=2 if normalize is None else normalize, pooled_only=pooled_only)
-    data, model, warnings = answerer().result(body, task, cancel())
+    t0 = time.perf_counter()
+    a = answerer()
+    data, model, warnings = a.result(body, task, cancel())
+    # An embedding samples no token, but its prompt costs a decode (llama.cpp counts it too).
+    a.metrics.record_prompt(sum(item["tokens"] for item in data["data"]), time.perf_counter() - t0, len(data["data"]))
     return data, model, warnings
 
 
