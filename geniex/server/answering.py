@@ -140,7 +140,7 @@ class Answerer:
         """A chat answer (``/v1/chat/completions``, ``/chat/completions``, and the
         Responses and Messages APIs once they have made messages): None for a warm-up
         (empty ``messages``), else an Answer."""
-        target, warnings = self._target(body)
+        target, warnings = self.target(body)
         body = self._sized(body, target)
         spec = self._spec(body)
         if not body["messages"]:
@@ -159,7 +159,7 @@ class Answerer:
     def complete(self, body, keep_cache, cancel, default_max=COMPLETION_MAX_TOKENS):
         """A raw prompt, no template (``/v1/completions``, ``/completion``): text or token
         ids. It drafts only when the request asks for speculation (``spec_type``)."""
-        target, warnings = self._target(body)
+        target, warnings = self.target(body)
         body = self._sized(body, target)
         spec = self._spec(body) if body.get("spec_type") else None
         task = tasks.CompletionTask(one_prompt(body.get("prompt"), "prompt"),
@@ -170,7 +170,7 @@ class Answerer:
 
     def infill(self, body, keep_cache, cancel):
         """``/infill``: fill in the middle with the model's FIM tokens."""
-        target, warnings = self._target(body)
+        target, warnings = self.target(body)
         body = self._sized(body, target)
         spec = self._spec(body) if body.get("spec_type") else None
         prompt = body.get("prompt") or ""
@@ -188,7 +188,7 @@ class Answerer:
         """Run a task that answers at once (tokenize, templates, props, embeddings,
         rerank) on the request's model: ``(data, model name, warnings)``. The resident
         model serves whatever its load settings, unless the request sets some."""
-        target, warnings = self._target(body)
+        target, warnings = self.target(body)
         lease = self._lease(body, target, None, cancel, lenient=True)
         try:
             data = None
@@ -220,7 +220,7 @@ class Answerer:
             message = f"{name}: {STORE_ONLY}"
         raise ApiError(404, message, param=param, code="model_not_found")
 
-    def _target(self, body):
+    def target(self, body):
         """The model a request is answered by and the warnings that go with it."""
         name = body.get("model")
         default = self.resident()

@@ -118,7 +118,7 @@ def count_tokens():
     validate(body, "messages_count.request.json")
     chat = chat_body({**body, "max_tokens": 1})
     a = answerer()
-    target, _ = a._target(chat)
+    target, _ = a.target(chat)
     msgs, _ = chat_messages(chat["messages"], target, False)
     data, _, _ = a.result(chat, tasks.TemplateTask(msgs, template_kwargs=body.get("chat_template_kwargs")), cancel())
     tokens, _, _ = a.result(chat, tasks.TokenizeTask(data["prompt"], add_special=True), cancel())

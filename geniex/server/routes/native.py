@@ -145,7 +145,7 @@ def apply_template():
     """The prompt the model's chat template makes of ``messages``: ``{"prompt"}``."""
     body = read_body()
     validate(body, "chat_completions.request.json")
-    target, _ = answerer()._target(body)
+    target, _ = answerer().target(body)
     messages, _ = chat_messages(body["messages"], target, False)
     continue_final, add_prompt = continuation(body, messages)
     task = tasks.TemplateTask(messages, tools=body.get("tools"), template_kwargs=body.get("chat_template_kwargs"),
