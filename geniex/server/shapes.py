@@ -5,7 +5,9 @@ import uuid
 
 from geniex import __version__, profile
 
-FINGERPRINT = f"geniex-{__version__}"
+# llama.cpp's server puts its build ("b11549-...") here, and its clients check for it:
+# the build of the library geniex drives, then geniex's own version.
+FINGERPRINT = f"b11549-geniex-{__version__}"
 
 # The loop's stop reasons -> OpenAI's finish_reason ("user" is a cancelled answer,
 # e.g. at shutdown: it ended on purpose, not for lack of room).
@@ -18,8 +20,9 @@ def finish_reason(stop):
     return _FINISH.get(stop, "stop")
 
 
-def new_id(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+def new_id(prefix, sep="-"):
+    """A fresh id: ``chatcmpl-<hex>``; the Responses and Messages APIs use ``_``."""
+    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
 
 
 def usage(stats):

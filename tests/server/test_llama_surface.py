@@ -269,7 +269,7 @@ def test_responses_through_the_openai_client(server):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     want = _chat_text(server, 8)
     resp = client.responses.create(model=DEMO, input=CHAT_Q, max_output_tokens=8)
-    assert resp.output_text == want and resp.status == "incomplete"
+    assert resp.output_text == want and resp.status == "incomplete" and resp.id.startswith("resp_")
     assert resp.usage.output_tokens == 8
     events = list(client.responses.create(model=DEMO, input="Name a colour.", max_output_tokens=8, stream=True))
     kinds = [e.type for e in events]
@@ -286,6 +286,7 @@ def test_messages_through_the_anthropic_client(server):
     want = _chat_text(server, 8)
     msg = client.messages.create(model="claude-sonnet-4", max_tokens=8, messages=CHAT_Q)
     assert msg.content[0].text == want and msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 8
+    assert msg.id.startswith("msg_")
     with client.messages.stream(model=DEMO, max_tokens=8, messages=CHAT_Q) as stream:
         assert "".join(stream.text_stream) == want
         final = stream.get_final_message()

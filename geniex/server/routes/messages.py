@@ -80,7 +80,7 @@ def messages():
     """An Anthropic Messages answer (streamed as named events with ``stream``)."""
     body = read_body()
     answer = chat_of(body, "messages.request.json", chat_body, "messages")
-    answer.msg_id = shapes.new_id("msg")
+    answer.msg_id = shapes.new_id("msg", "_")
     if body.get("stream"):
         return stream(_events(body, answer), answer, done=False, encode=sse.encode_named)
     with answer:

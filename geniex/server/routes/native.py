@@ -180,7 +180,7 @@ def props():
         "total_slots": 1, "model_alias": name, "model_path": model.get("model_path"),
         "modalities": {"vision": False, "audio": False},
         "chat_template": model.get("chat_template", ""), "bos_token": model.get("bos_token", ""),
-        "eos_token": model.get("eos_token", ""), "build_info": f"geniex {shapes.FINGERPRINT}",
+        "eos_token": model.get("eos_token", ""), "build_info": shapes.FINGERPRINT,
         "endpoint_slots": config.slots, "endpoint_metrics": config.metrics, "endpoint_props": False,
         "webui": False, "model": model,
     })

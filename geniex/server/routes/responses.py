@@ -65,8 +65,8 @@ class _Response:
     """One response object as it grows (ids, creation time, its message item)."""
 
     def __init__(self, body, model):
-        self.id = shapes.new_id("resp")
-        self.msg_id = shapes.new_id("msg")
+        self.id = shapes.new_id("resp", "_")
+        self.msg_id = shapes.new_id("msg", "_")
         self.created = int(time.time())
         self.body = body
         self.model = model
