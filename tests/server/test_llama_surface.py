@@ -254,6 +254,9 @@ def test_rerank_is_refused_without_a_reranking_model(server):
     for model in (DEMO, VARIANT):
         err = error_of(server.post("/rerank", {"model": model, "query": "a", "documents": ["b"]}), 501)
         assert "not a reranking model" in err["message"]
+    tei = error_of(server.post("/v1/rerank", {"query": "a", "texts": ["b"]}), 501)      # TEI's field name
+    assert "not a reranking model" in tei["message"]
+    assert error_of(server.post("/rerank", {"query": "a"}), 400)["message"].startswith("body: expected documents")
 
 
 # -- /v1/responses, /v1/messages ---------------------------------------------------------------------

@@ -78,14 +78,15 @@ def rerank():
     """``{"results": [{"index", "relevance_score"}], ...}`` sorted by score."""
     body = read_body()
     validate(body, "rerank.request.json")
-    data, model, warnings = answerer().result(body, tasks.RerankTask(body["query"], body["documents"]), cancel())
+    documents = body["documents"] if body.get("documents") is not None else body["texts"]
+    data, model, warnings = answerer().result(body, tasks.RerankTask(body["query"], documents), cancel())
     n = sum(r["tokens"] for r in data["results"])
     results = sorted(data["results"], key=lambda r: -r["relevance_score"])
     if body.get("top_n"):
         results = results[:body["top_n"]]
     for r in results:
         if body.get("return_text"):
-            r["document"] = {"text": body["documents"][r["index"]]}
+            r["document"] = {"text": documents[r["index"]]}
         r.pop("tokens", None)
     out = {"model": model, "object": "list", "results": results, "usage": {"prompt_tokens": n, "total_tokens": n}}
     if warnings:
