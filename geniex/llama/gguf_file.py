@@ -16,12 +16,12 @@ unbounded for a forged length) where we need milliseconds: long arrays are skipp
 kept as their length only.
 """
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from geniex.errors import ModelLoadError
+from geniex import files
+from geniex.errors import ModelLoadError, shown
 
 MAGIC = b"GGUF"
 T_STRING, T_ARRAY = 8, 9
@@ -112,13 +112,6 @@ class _Bad(Exception):
     def __init__(self, problem, truncated=False):
         super().__init__(problem)
         self.truncated = truncated
-
-
-def shown(text, limit=80):
-    """A name from a file, safe to print on one line: control characters and other
-    unprintables escaped, long names cut."""
-    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
-    return out if len(out) <= limit else out[:limit - 1] + "…"
 
 
 class _Cursor:
@@ -223,30 +216,18 @@ def _value(cur, vtype, key, tokens):
 
 
 def open_regular(path):
-    """``path`` opened for binary reading, only if it is a regular file.
-
-    A FIFO blocks ``open()`` until a writer comes and a device may never end, so both
-    are refused before opening; the file is opened non-blocking and checked again on
-    the open descriptor, so one swapped in meanwhile cannot block us either.
-    """
+    """``path`` opened for binary reading, only if it is a regular file (see
+    :func:`geniex.files.open_regular`: a FIFO or device is refused before it can block)."""
     try:
-        mode = os.stat(path).st_mode
+        return files.open_regular(path)
     except FileNotFoundError:
         raise ModelLoadError(f"no such model file: {path}") from None
+    except files.NotRegular as e:
+        if e.kind == "a folder":
+            raise ModelLoadError(f"{path} is a folder, not a model file") from None
+        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it") from None
     except OSError as e:
         raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
-    if stat.S_ISDIR(mode):
-        raise ModelLoadError(f"{path} is a folder, not a model file")
-    if not stat.S_ISREG(mode):
-        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as e:
-        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it")
-    return os.fdopen(fd, "rb")
 
 
 def read_header(path, check_model=True):
