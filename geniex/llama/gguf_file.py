@@ -248,6 +248,9 @@ def read_header(path, check_model=True):
         except _Bad as e:
             raise ModelLoadError(f"{path} is not a usable model: {e}") from None
         for shard in _other_shards(header):
+            if not shard.exists():
+                raise ModelLoadError(f"{path} is the first of a split model, but its shard {shard.name} is "
+                                     "missing next to it")
             try:
                 _check_tensor_types(_read_one(shard).tensors.values())
             except _Bad as e:

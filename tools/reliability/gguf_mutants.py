@@ -138,7 +138,7 @@ def parse(path):
 
     assert head[:4] == b"GGUF"
     pos = 4
-    version = read("<I", "version")
+    version = read("<I", "version", "the version")
     n_tensors = read("<Q", "count", "tensor count")
     n_kv = read("<Q", "count", "metadata count")
     kvs = []
