@@ -423,17 +423,27 @@ def demo_path():
     return path
 
 
+def add_arguments(ap):
+    """The flags that choose the mutants (shared with replay_mutants.py)."""
+    ap.add_argument("--source", type=Path, help="the GGUF to mutate (default: the demo model)")
+    ap.add_argument("--count", type=int, default=420, help="how many mutants (default 420)")
+    ap.add_argument("--seed", type=int, default=21, help="the seed (default 21)")
+
+
+def from_arguments(args):
+    """``(Source, mutants)`` for the flags of :func:`add_arguments`."""
+    source = parse(args.source or demo_path())
+    return source, mutants(source, args.count, args.seed)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, help="the GGUF to mutate (default: the demo model)")
-    ap.add_argument("--count", type=int, default=420)
-    ap.add_argument("--seed", type=int, default=21)
+    add_arguments(ap)
     ap.add_argument("--list", action="store_true", help="print the mutants, one a line")
     ap.add_argument("--only", type=int, help="write only mutant ONLY to --out")
     ap.add_argument("--out", type=Path, help="file (with --only) or folder to write mutants to")
     args = ap.parse_args(argv)
-    source = parse(args.source or demo_path())
-    made = mutants(source, args.count, args.seed)
+    source, made = from_arguments(args)
     if args.list or not args.out:
         for m in made:
             print(f"{m.index:4d} {m.kind:14s} {m.description}")

@@ -213,9 +213,7 @@ def replay_serve(source, chosen, args, scratch):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", type=Path, help="the GGUF to mutate (default: the demo model)")
-    ap.add_argument("--count", type=int, default=420)
-    ap.add_argument("--seed", type=int, default=21)
+    gguf_mutants.add_arguments(ap)
     ap.add_argument("--start", type=int, default=0, help="first mutant to replay (to split a run)")
     ap.add_argument("--stop", type=int, help="replay mutants before this one")
     ap.add_argument("--only", type=int, help="replay this mutant only")
@@ -223,8 +221,7 @@ def main(argv=None):
     ap.add_argument("--serve", action="store_true", help="replay through `geniex serve` instead of infer")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per mutant")
     args = ap.parse_args(argv)
-    source = gguf_mutants.parse(args.source or gguf_mutants.demo_path())
-    made = gguf_mutants.mutants(source, args.count, args.seed)
+    source, made = gguf_mutants.from_arguments(args)
     chosen = [made[args.only]] if args.only is not None else made[args.start:args.stop]
     scratch = Path(tempfile.mkdtemp(prefix="geniex-mutants-"))
     t0 = time.monotonic()
