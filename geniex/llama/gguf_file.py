@@ -491,9 +491,16 @@ def _check_tensor_types(tensors):
             raise _Bad(f"tensor {name} is {tname}, a type no model weight is stored in")
 
 
+# Special tokens llama.cpp asserts on or emits when out of range (BOS/EOS/SEP added to
+# prompts, UNK for what the vocabulary cannot spell). Others out of range (padding, mask,
+# end-of-turn, FIM) it just disables, so a file with one still loads.
+CHECKED_TOKEN_IDS = ("bos", "eos", "unknown", "seperator")   # (sic: llama.cpp's key)
+
+
 def _check_vocabulary(meta):
-    """The vocabulary's special token ids must name tokens: an id out of range becomes
-    'no token', and tokenizing then aborts where the model wants BOS/EOS added."""
+    """The vocabulary must exist as text and its special token ids that llama.cpp relies
+    on must name tokens: an id out of range becomes 'no token', and tokenizing then
+    aborts where the model wants BOS/EOS added."""
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is None:
         return
@@ -503,11 +510,11 @@ def _check_vocabulary(meta):
     n_vocab = len(tokens) if isinstance(tokens, list) else int(tokens)
     if n_vocab < 1:
         raise _Bad("tokenizer.ggml.tokens is empty")
-    for key in sorted(meta):
-        if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"):
-            value = _int(meta, key)
-            if not 0 <= value < n_vocab:
-                raise _Bad(f"{key} is {value}, but the vocabulary has {n_vocab:,} tokens")
+    for name in CHECKED_TOKEN_IDS:
+        key = f"tokenizer.ggml.{name}_token_id"
+        value = _int(meta, key)
+        if value is not None and not 0 <= value < n_vocab:
+            raise _Bad(f"{key} is {value}, but the vocabulary has {n_vocab:,} tokens")
 
 
 def _other_shards(header):

@@ -346,11 +346,18 @@ def test_model_hyperparameters_llama_cpp_asserts_on(tmp_path, kvs, drop, words):
     ({"tokenizer.ggml.tokens": (["", "[EMPTY_0]"], V.ARRAY, V.STRING)}, ["token 1", "[EMPTY_0]"]),
     ({"tokenizer.ggml.tokens": ("abc", V.STRING)}, ["not an array of text"]),
     ({"tokenizer.ggml.bos_token_id": (8, V.UINT32)}, ["bos_token_id is 8, but the vocabulary has 8 tokens"]),
-    ({"tokenizer.ggml.padding_token_id": (2**32 - 1, V.UINT32)}, ["padding_token_id is 4294967295"]),
+    ({"tokenizer.ggml.unknown_token_id": (2**32 - 1, V.UINT32)}, ["unknown_token_id is 4294967295"]),
     ({"tokenizer.ggml.eos_token_id": ("1", V.STRING)}, ["eos_token_id is text"]),
 ])
 def test_vocabularies_llama_cpp_asserts_on(tmp_path, kvs, words):
     refused(write(tmp_path / "v.gguf", kvs), *words)
+
+
+@pytest.mark.fast
+def test_an_out_of_range_padding_id_is_left_to_llama_cpp(tmp_path):
+    # llama.cpp disables such an id with a warning (llama-vocab.cpp): the file loads.
+    path = write(tmp_path / "p.gguf", {"tokenizer.ggml.padding_token_id": (2**32 - 1, V.UINT32)})
+    assert read_header(path).metadata["tokenizer.ggml.padding_token_id"] == 2**32 - 1
 
 
 @pytest.mark.fast
