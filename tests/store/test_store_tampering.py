@@ -14,6 +14,7 @@ from geniex.errors import GenieXError
 from geniex.store import Store
 from geniex.store.hub import Hub
 from geniex.speculative.policy import CalibrationCache
+from serverproc import AppServer
 
 pytestmark = pytest.mark.fast   # needs no model: the fast tier
 
@@ -110,25 +111,18 @@ def test_other_damaged_manifests_are_skipped_too(store, damage):
     assert [r["name"] for r in store.list_models() if r["name"].startswith("org/")] == ["org/Other-GGUF"]
 
 
-def test_v1_models_lists_the_good_models_despite_a_bad_manifest_and_a_fifo(store, tmp_path):
-    from waitress.server import create_server
-    from geniex.server.app import ServerConfig, create_app
+def test_v1_models_lists_the_good_models_despite_a_bad_manifest_and_a_fifo(store):
     pulled(store)
     pulled(store, "org/Other-GGUF:Q8_0")
     (store.models_dir / "org" / "Tiny-GGUF" / "geniex.json").write_text('{"format": 1}')
     bad = store.models_dir / "org" / "Fifo-GGUF"
     bad.mkdir()
     os.mkfifo(bad / "geniex.json")
-    server = create_server(create_app(ServerConfig(data_dir=store.root)), host="127.0.0.1", port=0, threads=2)
-    threading.Thread(target=server.run, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.effective_port}/v1/models"
-        r = requests.get(url, timeout=30)
-        assert r.status_code == 200
-        ids = [m["id"] for m in r.json()["data"]]
-        assert "org/Other-GGUF:Q8_0" in ids and not any("Tiny" in i or "Fifo" in i for i in ids)
-    finally:
-        server.close()
+    with AppServer(store.root) as server:
+        r = requests.get(f"{server.url}/v1/models", timeout=30)
+    assert r.status_code == 200
+    ids = [m["id"] for m in r.json()["data"]]
+    assert "org/Other-GGUF:Q8_0" in ids and not any("Tiny" in i or "Fifo" in i for i in ids)
 
 
 def test_rm_of_a_symlinked_model_folder_leaves_its_target_alone(store, outside):
