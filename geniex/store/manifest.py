@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import PurePosixPath
 
 from geniex import files
-from geniex.errors import shown
+from geniex.errors import UsageError, shown
 from geniex.store.classify import LLAMA_CPP, MODEL_TYPES, QAIRT, Group
 from geniex.store.errors import StoreError
 from geniex.store.locking import file_lock
-from geniex.store.names import order_precisions
+from geniex.store.names import PRECISION, order_precisions, parse_name
 
 MANIFEST = "geniex.json"
 MANIFEST_LOCK = ".geniex.lock"  # held while the manifest is read, changed and written
@@ -194,7 +194,9 @@ def _problem(data):
     a crash of every listing)."""
     def is_paths(value):
         return isinstance(value, list) and all(isinstance(p, str) and p for p in value)
-    if not isinstance(data.get("name"), str) or data["name"].count("/") != 1:
+    try:
+        parse_name(data.get("name"))
+    except (UsageError, TypeError, AttributeError):
         return "no model name"
     if data.get("runtime") not in (LLAMA_CPP, QAIRT) or data.get("type") not in MODEL_TYPES:
         return "no runtime or type"
@@ -206,6 +208,8 @@ def _problem(data):
                 not isinstance(record.get("size"), int) or record["size"] < 0:
             return f"the record of {shown(path)}"
     for precision, entry in groups.items():
+        if not PRECISION.match(precision):
+            return f"precision {shown(precision)!r}"
         if not isinstance(entry, dict) or not is_paths(entry.get("files")) or not entry["files"]:
             return f"the files of {shown(precision)}"
         if not (entry.get("mmproj") is None or isinstance(entry["mmproj"], str)) or \

@@ -100,6 +100,8 @@ def test_a_manifest_missing_its_name_is_skipped_with_a_warning(store, caplog):
     lambda d: d["precisions"]["Q8_0"].update(files="tiny-Q8_0.gguf"),
     lambda d: d.update(precisions=[]),
     lambda d: d.update(runtime=7),
+    lambda d: d.update(name="org/\x1b[2JTiny"),                        # would reach the terminal raw
+    lambda d: d["precisions"].update({"Q8_0\x1b[31m": d["precisions"]["Q8_0"]}),
 ])
 def test_other_damaged_manifests_are_skipped_too(store, damage):
     pulled(store)
