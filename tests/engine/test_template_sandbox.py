@@ -104,10 +104,10 @@ def test_real_templates_render_as_plain_jinja_does(demo_model):
         .render() == "ababab1024    71,2"
 
 
-def hostile_model(tmp_path, source):
-    """The tiny Gemma-4 target with ``source`` as its chat template."""
+def hostile_model(tmp_path, source, base=None):
+    """``base`` (default: the tiny Gemma-4 target) with ``source`` as its chat template."""
     import tiny_gemma4
-    base = tiny_gemma4.write_target(tmp_path / "base.gguf")
+    base = base or tiny_gemma4.write_target(tmp_path / "base.gguf")
     parsed = gguf_mutants.parse(base)
     kvs = [kv for kv in parsed.kvs if kv.key != "tokenizer.chat_template"]
     kvs.append(gguf_mutants.KV("tokenizer.chat_template", gguf_mutants.STRING, gguf_mutants.encode_string(source)))
@@ -128,6 +128,15 @@ def test_infer_with_a_300_mb_template_stops_at_the_output_limit(cli, tmp_path):
     proc = cli("infer", model, "-p", "hi", "--max-tokens", "4")
     assert proc.returncode == 1 and "bad_alloc" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: the model's chat template renders text")
+
+
+def test_a_template_that_renders_nothing_is_a_clear_error(cli, tmp_path, demo_model):
+    # The demo vocabulary adds no BOS: an empty rendering leaves no token to decode.
+    model = hostile_model(tmp_path, "{% if false %}x{% endif %}", base=demo_model)
+    proc = cli("infer", model, "-p", "hi", "--max-tokens", "4")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == ("error: the prompt is empty: the model's chat template "
+                                                    "rendered nothing for this conversation")
 
 
 def test_sigterm_stops_infer_while_a_template_loops(tmp_path, data_dir):

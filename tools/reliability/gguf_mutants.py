@@ -17,7 +17,12 @@ way a bad disk, a cut download or an attacker would make it:
 - ``drop-key``: a key the model needs removed;
 - ``template``: a hostile chat template (an endless loop, hundreds of MB of output, deep
   recursion);
-- ``truncate``: the file cut short.
+- ``truncate``: the file cut short;
+- ``issue-21``: the first mutants, always the same: the cases issue 21 reported
+  aborting llama.cpp or hanging (the last tensor, ``output_norm.weight``, made F16 or
+  Q8_1; ``general.alignment = 1``; ``block_count = 0``; heads that do not divide; a
+  ``token_type`` length of 2^63-1; every bit of byte 2495, inside the vocabulary; a
+  nested ``range`` loop and a 300 MB chat template).
 
 The same seed gives the same mutants. Mutants are described by a short text and
 materialized one at a time (:func:`Mutant.write`), since each is as large as the source::
@@ -46,6 +51,7 @@ HOSTILE_TEMPLATES = {
     "power-bomb": "{{ 10 ** 100000000 }}",
     "undefined-call": "{{ messages[0].nope() }}",
     "format-width": "{{ '%400000000d' % 1 }}",
+    "renders-nothing": "{% if false %}x{% endif %}",
 }
 HPARAMS = {  # suffix -> values to try (the original type is kept)
     "block_count": (0, 31, 513, 1000, 2**32 - 1),
@@ -386,6 +392,28 @@ class _Maker:
         kvs = self._replace("tokenizer.chat_template", STRING, encode_string(HOSTILE_TEMPLATES[name]))
         return f"chat template: {name}", dict(kvs=kvs)
 
+    def regressions(self):
+        """The fixed ``issue-21`` mutants: ``(description, change)`` pairs."""
+        last = self.s.tensors[-1]
+        out = [(f"{last.name} (the last tensor) made type {t}", self._set(self._labelled(f"type of {last.name}"), t))
+               for t in (1, 9)]
+        out.append(("general.alignment = 1", dict(kvs=[KV("general.alignment", 4, encode_scalar(4, 1), 1),
+                                                      *self.s.kvs], alignment=1)))
+        arch = self.s.arch
+        for key, value in ((f"{arch}.block_count", 0), (f"{arch}.attention.head_count_kv", 2)):
+            out.append((f"{key} = {value}", self._set(self._labelled(key), value)))
+        out.append(("tokenizer.ggml.token_type length = 2^63-1",
+                    self._set(self._labelled("length of tokenizer.ggml.token_type"), 2**63 - 1)))
+        out += [(f"bit {bit} of byte 2495", dict(patches=[(2495, bytes([self.s.data[2495] ^ (1 << bit)]))]))
+                for bit in range(8)]
+        for name in ("nested-range-loop", "huge-output"):
+            kvs = self._replace("tokenizer.chat_template", STRING, encode_string(HOSTILE_TEMPLATES[name]))
+            out.append((f"chat template: {name}", dict(kvs=kvs)))
+        return out
+
+    def _labelled(self, label):
+        return next(f for f in self.s.fields if f.label == label)
+
     def truncate(self):
         point = self.rng.choice((self.rng.randrange(len(self.s.data)), self.rng.randrange(self.s.size),
                                  self.s.size - self.rng.randrange(1, 4096)))
@@ -402,13 +430,15 @@ KINDS = {
 
 
 def mutants(source, count, seed):
-    """``count`` mutants of ``source`` (a Source), the same for the same seed."""
+    """``count`` mutants of ``source`` (a Source), the same for the same seed: the
+    ``issue-21`` ones first, then seeded ones."""
     rng = random.Random(seed)
     maker = _Maker(source, rng)
     names = list(KINDS)
     weights = [KINDS[k][1] for k in names]
-    out = []
-    for index in range(count):
+    out = [Mutant(i, "issue-21", description, **change)
+           for i, (description, change) in enumerate(maker.regressions()[:count])]
+    for index in range(len(out), count):
         kind = rng.choices(names, weights)[0]
         description, change = getattr(maker, KINDS[kind][0])()
         out.append(Mutant(index, kind, description, **change))
