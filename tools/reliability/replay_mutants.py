@@ -206,6 +206,9 @@ def replay_serve(source, chosen, args, scratch):
             except subprocess.TimeoutExpired:
                 server.kill()
     print(f"\nserve: {len(chosen)} mutants")
+    for key in ("server deaths", "held the server past the limit", "demo request not answered after it",
+                "pull refused", "pull traceback"):
+        counts[key] += 0                 # shown even when none
     for key in sorted(counts):
         print(f"  {key}: {counts[key]}")
     return counts
