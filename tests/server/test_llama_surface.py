@@ -278,6 +278,8 @@ def test_responses_through_the_openai_client(server):
     kinds = [e.type for e in events]
     assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == want
+    bare = ok(server.post("/responses", {"input": CHAT_Q, "max_output_tokens": 8}))     # without /v1 too
+    assert bare["output"][0]["content"][0]["text"] == want
     with pytest.raises(openai.BadRequestError, match="function_call"):
         client.responses.create(model=DEMO, input=[{"type": "function_call", "name": "f", "arguments": "{}",
                                                     "call_id": "c"}])

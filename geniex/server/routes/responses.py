@@ -93,6 +93,7 @@ class _Response:
 
 
 @bp.post("/v1/responses")
+@bp.post("/responses")
 def responses():
     """A Responses API answer (streamed as named events with ``stream``)."""
     body = read_body()
