@@ -1,14 +1,14 @@
 """The accept loop against a replayed target (one-hot logits on a known answer): the
-loop's bookkeeping, limits and stop rules without a model. tests/support/replay.py."""
+loop's bookkeeping, limits and stop rules without a model (geniex/engine/replay.py)."""
 import pytest
 
 from geniex.engine.loop import GenOptions, verify
+from geniex.engine.replay import ReplayTarget
 from geniex.engine.sampling import Sampler, SamplingParams
 from geniex.speculative.drafters import ngram
 from geniex.speculative.drafters.base import Draft, Drafter
 from geniex.speculative.options import NGRAM_METHODS, SpecOptions
 from geniex.speculative.policy import FixedPolicy, GainPolicy
-from replay import ReplayTarget
 
 pytestmark = pytest.mark.fast
 VOCAB = 300
