@@ -49,7 +49,7 @@ KEEP = 64             # calibration entries kept on disk
 # A model drafter's own probability for each draft token, in buckets: each bucket learns
 # how often such tokens are accepted, starting from the bucket's middle probability
 # (PROB_WEIGHT pseudo-counts), i.e. from trusting the drafter.
-PROB_EDGES = (0.3, 0.5, 0.7, 0.85, 0.95)
+PROB_EDGES = (0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.97, 0.985)
 PROB_WEIGHT = 3.0
 
 
