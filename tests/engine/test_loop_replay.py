@@ -66,6 +66,24 @@ def test_every_drafter_commits_the_plain_answer(drafter):
         assert s.target[:s.accepted] == s.drafted[:s.accepted]
 
 
+class PastTheEnd(Drafter):
+    """Drafts the true continuation and goes on after the end token."""
+
+    name = "past-the-end"
+    n_max = 64
+
+    def propose(self, history, n_past, room):
+        return Draft((PROMPT + ANSWER + [7] * 64)[n_past + 1:n_past + 1 + self.limit(room)])
+
+
+def test_no_draft_row_after_an_end_token():
+    """The verify stops sampling at an end token, so the loop verifies no draft past it."""
+    target, steps, tokens = run(PastTheEnd())
+    assert tokens == ANSWER[:-1] and steps[-1].stop == "eos"
+    assert steps[-1].drafted[-1] == EOS
+    assert target.ctx.decodes[-1] == len(steps[-1].drafted) + 1
+
+
 def test_a_drafter_cannot_overfill_the_verify_batch():
     # Whatever a drafter returns, the batch holds at most n_batch rows.
     target, _, tokens = run(Oracle(1000, overshoot=1000), n_batch=16)

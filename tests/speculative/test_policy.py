@@ -68,8 +68,8 @@ def test_a_costly_drafter_that_never_pays_is_rarely_asked():
 
 
 def test_the_measured_curve_decides():
-    """The demo model's curve on 2 cores (tools/bench/BENCHMARKS.md): a 2-row verify costs two
-    decodes, so only long drafts that are usually right pay."""
+    """A curve like the demo model's on 2 cores: a 2-row verify costs two decodes, so only
+    long drafts that are usually right pay."""
     demo = {1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87}
     good = trained(GainPolicy(demo, 0.007), "m", 1.0, steps=80, k=8)
     assert good.best("m", 8) >= 6
