@@ -21,7 +21,9 @@ policy uses the curve of the governor's setting;
 (the drafter's own confidence class: for ngram-mod, how much context before the key
 matched; 0 for methods without one), learnt from every step it drafted (a decayed count
 of tokens accepted before the first rejection); ``d`` is its measured drafting time per
-token relative to a one-row decode (~0 for n-gram methods). A drafter that gives each
+token relative to a one-row decode (0 for n-gram methods, whose lookup time does not grow
+with the draft: measuring it would let a slow moment make a cheap drafter look costly,
+and a drafter asked for fewer tokens than its minimum never drafts again). A drafter that gives each
 draft token its own probability (draft-simple and draft-mtp: the draft model's; ngram-mod:
 from how long the text has matched what it follows) has the i-th token's acceptance read
 from the learnt record of that probability's bucket (:data:`PROB_EDGES`, starting from
@@ -36,6 +38,8 @@ every :data:`EXPLORE` steps). ``--draft-policy fixed`` drafts as long as the dra
 import json
 import time
 from bisect import bisect_right
+
+from geniex.speculative.options import NGRAM_METHODS
 
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
 # (accepted, rejected) pseudo-counts a record starts from, by draft grade: an ungraded
@@ -181,6 +185,8 @@ class GainPolicy:
             ok += 1
         st[0] = st[0] * DECAY + ok
         st[1] = st[1] * DECAY + (1 if ok < n else 0)
+        if method in NGRAM_METHODS:
+            return      # a lookup's time does not grow with the draft: no per-token cost
         per_token = draft_time / len(draft) / self.one_row
         st[2] = per_token if st[2] == 0.0 else 0.8 * st[2] + 0.2 * per_token
 
