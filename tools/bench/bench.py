@@ -28,6 +28,7 @@ import datetime
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -54,7 +55,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="2 rounds, shorter answers, each side at its defaults only (a few minutes)")
-    ap.add_argument("--rounds", type=int, help="rounds (default 4; quick 2)")
+    ap.add_argument("--rounds", type=int, help="rounds (default 6; quick 2)")
     ap.add_argument("--workloads", type=_names, help="comma list (default: all): " +
                     ", ".join(w.name for w in workloads.load()))
     ap.add_argument("--methods", type=_names, default=["ngram-mod"],
@@ -125,7 +126,7 @@ def busy_warnings(load_before, loads, costs, cpus):
 
 def main(argv=None):
     args = parse_args(argv)
-    args.rounds = args.rounds or (2 if args.quick else 4)
+    args.rounds = args.rounds or (2 if args.quick else 6)
     chosen = choose_workloads(args)
     from geniex.store.demo import INSTALL_HINT, demo_model_path
     path = demo_model_path()
@@ -133,6 +134,8 @@ def main(argv=None):
         raise SystemExit(f"the demo model is not installed: {INSTALL_HINT}")
     cfgs = configs.make(quick=args.quick, methods=args.methods, native=not args.no_native)
 
+    # A terminated bench still ends its workers and busy loops (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"terminated; worker logs in {logdir}"))
     t_start = time.perf_counter()
     cpus = os.cpu_count() or 1
     load_before = os.getloadavg()[0]

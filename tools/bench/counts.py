@@ -18,6 +18,10 @@ requests is what the bench's would be. Printed per workload and method:
   from a verify-cost curve (``--curve``: rows -> cost in one-row decodes; by default
   measured here, the fastest of several decodes);
 - acceptance by position in the answer, the draft lengths verified;
+- how often a draft token of each probability (the drafter's own, where it gives one)
+  was right, counting each verified token up to the first rejection, as the draft
+  policy learns it (``--policy fixed`` with a long maximum shows it unbiased by the
+  policy's cuts);
 - **copyable tokens**: answer tokens that a 4-token match in what the drafter could know
   (the prompt, earlier requests, the answer so far) continues correctly; how many of them
   came from an accepted draft, and why the others did not (no draft that step, the draft
@@ -128,6 +132,7 @@ class Tally:
         self.lengths = {}
         self.copyable = self.copied = 0
         self.missed = {why: 0 for why in WHY}
+        self.calibration = {}             # probability bucket -> [right, wrong]
 
 
 BUCKETS = ((0, 16), (16, 64), (64, 1 << 30))
@@ -176,6 +181,7 @@ def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
     policy = pol.GainPolicy(curve, 0.006) if policy_name == "auto" else FIXED
     tallies = {}
     memory = []
+    calibration = {}
     for wl, prompt, sampled, n_tokens, measured in reqs:
         target = ReplayTarget(list(prompt) + list(sampled), n_vocab, eog)
         stats = Stats()
@@ -189,6 +195,11 @@ def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
             t.rows += rows
             t.cost += 1.0 if rows == 1 else pol._interpolate(curve, rows)
             offered = step.extra.get("offered", len(step.drafted))
+            for i, p in enumerate(step.draft_probs or ()):
+                if i > step.accepted or i >= len(step.target):
+                    break
+                rec = calibration.setdefault(_bucket(p), [0, 0])
+                rec[0 if i < step.accepted else 1] += 1
             if step.drafted:
                 t.lengths[len(step.drafted)] = t.lengths.get(len(step.drafted), 0) + 1
                 b = next(i for i, (a, z) in enumerate(BUCKETS) if a <= pos < z)
@@ -211,7 +222,18 @@ def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
         t.copyable += sum(flags)
         t.copied += sum(1 for f, d in zip(flags, via_draft) if f and d)
         memory += list(prompt) + list(sampled)
-    return tallies
+    return tallies, calibration
+
+
+PROB_BUCKETS = (0.5, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97, 0.98, 0.99)
+
+
+def _bucket(p):
+    return max([b for b in PROB_BUCKETS if p >= b], default=0.0)
+
+
+def _rate(rec):
+    return (rec[0], rec[0] + rec[1]) if rec else (0, 0)
 
 
 def main(argv=None):
@@ -245,10 +267,13 @@ def main(argv=None):
     labels = args.methods
     if args.grid:
         labels = [f"{parse_method(m)[0]}:{n}/2/{hi}" for m in args.methods for n in GRID_N for hi in GRID_MAX]
-    rows, geo = [], []
+    rows, geo, cal_rows = [], [], []
     for label in labels:
         method, params = parse_method(label)
-        tallies = replay_all(reqs, n_vocab, eog, method, params, args.policy, curve)
+        tallies, calibration = replay_all(reqs, n_vocab, eog, method, params, args.policy, curve)
+        if calibration:
+            cal_rows.append([label] + [f"{pct(*_rate(calibration.get(b)))} ({sum(calibration.get(b, (0, 0)))})"
+                                       for b in (0.0,) + PROB_BUCKETS])
         predicted = {kind: [] for kind in workloads.KINDS}
         for w in chosen:
             t = tallies.get(w.name)
@@ -269,6 +294,10 @@ def main(argv=None):
     print(table(["method", "workload", "tokens", "decodes/token", "rows/step", "predicted x plain",
                  "drafted/accepted", "acc 0-15", "16-63", "64+", "copyable", "copied",
                  "copyable not drafted, why", "draft lengths"], rows))
+    if cal_rows:
+        print("\nDraft tokens right, by the drafter's probability for them (verified tokens up to the first "
+              "rejection; in brackets how many):\n")
+        print(table(["method"] + [f"p >= {b}" if b else "p < 0.5" for b in (0.0,) + PROB_BUCKETS], cal_rows))
     print("\nPredicted speed-up over plain decoding, geometric mean by kind of workload:\n")
     print(table(["method", "input-grounded", "open", "work that does not repeat", "lowest", "replayed"], geo))
     return 0

@@ -1,9 +1,9 @@
 """A bench worker: one configuration (ours or native) loaded once in its own process.
 
 Every configuration, ours and native alike, runs in a worker, so the scheduler treats
-both sides the same (a loop in the bench's own process and the other in a worker measured
-0.60-0.75x for the same library call, BENCHMARKS.md, "How to read the numbers"). The
-bench talks to it in JSON lines on stdin/stdout: ``{"cmd": ...}`` in, one JSON answer out.
+both sides the same (a loop in the bench's own process looked slower than the same
+library call in a worker: BENCHMARKS.md, "How to read the numbers"). The bench talks to
+it in JSON lines on stdin/stdout: ``{"cmd": ...}`` in, one JSON answer out.
 
     python tools/bench/worker.py CONFIG_JSON MODEL_PATH        (started by the bench)
 """
