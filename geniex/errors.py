@@ -6,9 +6,13 @@ maps them to OpenAI-style error bodies. Anything else escaping is a bug.
 
 
 class GenieXError(Exception):
-    """A failure the user can act on; the message says what to do next."""
+    """A failure the user can act on; the message says what to do next.
+
+    ``param`` names the request field at fault where a server request caused it (the
+    server's error body carries it as OpenAI's ``param``)."""
 
     exit_code = 1
+    param = None
 
 
 class UsageError(GenieXError):

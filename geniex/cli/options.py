@@ -65,7 +65,7 @@ def add_model_flags(p):
                    help="threads for decoding (default 0 = every physical core)")
     g.add_argument("-ctk", "--cache-type-k", type=_cache_type("--cache-type-k"), default="q8_0",
                    help="KV cache type for K: " + ", ".join(CACHE_TYPES) + " (default q8_0: keeps "
-                        "speculative output bitwise identical on every core; see README)")
+                        "speculative output bitwise identical on every core; see docs/speculative.md)")
     g.add_argument("-ctv", "--cache-type-v", type=_cache_type("--cache-type-v"), default="q8_0",
                    help="KV cache type for V (default q8_0)")
     s = p.add_argument_group("answer")

@@ -1,4 +1,4 @@
-"""`geniex serve`: the OpenAI-compatible local server (see README, "Local server")."""
+"""`geniex serve`: the OpenAI-compatible local server (docs/server.md)."""
 import os
 
 from geniex.errors import UsageError
@@ -22,7 +22,7 @@ def register(sub):
                    help="default compute: cpu, gpu, npu, hybrid or devices like HTP0,HTP1 (default: best available)")
     p.add_argument("-ctk", "--cache-type-k", default="q8_0", help="default KV cache type for K (default q8_0)")
     p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
-    sec = p.add_argument_group("security and limits (README: Local server, Security)")
+    sec = p.add_argument_group("security and limits (docs/server.md, Security)")
     sec.add_argument("--origins", default="",
                      help="web page origins allowed to call the server (CORS), comma separated, e.g. "
                           "http://localhost:3000; * = any (default: none)")

@@ -1,6 +1,6 @@
 """The accept loop: one loop for plain and speculative decoding.
 
-Each step, as the README's "Speculative decoding" section describes it:
+Each step, as docs/speculative.md, "The loop", describes it:
 
 1. **draft**: the drafter proposes up to ``room`` tokens after the pending token
    (plain decoding is the drafter that proposes nothing);
@@ -11,7 +11,7 @@ Each step, as the README's "Speculative decoding" section describes it:
 
 Plain and speculative answers run this same code, so they sample the same rows in the
 same order with the same random stream, and agree token for token wherever the library
-computes a row of a batch the same as a one-row decode (README, "Identical output").
+computes a row of a batch the same as a one-row decode (docs/speculative.md, "Identical output").
 
 :func:`steps` is a generator of :class:`Step` records, so a caller can print text as it
 comes, trace each step, or step through the loop in a debugger.

@@ -44,7 +44,7 @@ class LoadOptions:
     threads: int = 0                 # one-row decodes (0 = every physical core)
     threads_batch: int = 0           # multi-row batches (0 = every physical core)
     # A quantized KV cache keeps one-row decodes on every core bitwise equal to verify
-    # rows (README, "Identical output"); llama.cpp's names, as -ctk/-ctv take them.
+    # rows (docs/speculative.md, "Identical output"); llama.cpp's names, as -ctk/-ctv take them.
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
     n_ubatch: int = 32
@@ -163,6 +163,11 @@ class Session:
         """Start answering; returns a :class:`Generation` to iterate."""
         drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
         return Generation(self, prompt_tokens, opts, drafter, cancel)
+
+    def run(self, task, cancel=None):
+        """Run a server task (:mod:`geniex.engine.tasks`) on this session: its events."""
+        from geniex.engine import tasks     # tasks builds on chat, which builds on sessions
+        return tasks.run(self, task, cancel)
 
     @property
     def speculative(self):

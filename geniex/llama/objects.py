@@ -197,7 +197,7 @@ class Context:
         params.n_threads_batch = n_threads_batch
         params.ctx_type = ctx_type
         # Never turn flash attention off: with it off, multi-row batches sum attention in
-        # another order than one-row decodes (see README, "Identical output").
+        # another order than one-row decodes (docs/speculative.md, "Identical output").
         params.flash_attn_type = api.LLAMA_FLASH_ATTN_TYPE_AUTO
         # With AUTO and a quantized V cache the library turns flash attention on outright
         # (no device probe): "enabling flash_attn since it is required for quantized V cache".

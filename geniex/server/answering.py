@@ -1,17 +1,19 @@
 """From a validated request body to an answer in progress, through the engine.
 
-Nothing here generates text itself: the model is a :class:`~geniex.engine.session.Session`
-held by the :class:`~geniex.server.cache.ModelCache`, prompts are built by
-the model's :class:`~geniex.engine.chat.ChatTemplate`, and tokens come from ``Session.generate``
-(the same loop ``geniex infer`` runs).
+Nothing here touches the model: a request becomes a task (:mod:`geniex.engine.tasks`:
+which messages or prompt, how to answer), which runs on the model that the
+:class:`~geniex.server.cache.ModelCache` holds for the request's load settings; the
+task renders the chat template, tokenizes and runs the same loop ``geniex infer``
+runs, and its events come back here. What stays here is what needs no model:
+resolving names in the store, the context size, the speculative settings, and the
+mapping of errors to statuses.
 """
 import logging
 import os
 from dataclasses import dataclass
 
 from geniex import profile
-from geniex.engine import limits
-from geniex.engine.chat import template_for
+from geniex.engine import limits, tasks
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, open_session
@@ -48,36 +50,35 @@ def _get(body, field, default):
 
 
 class Answer:
-    """An answer in progress under a :class:`~geniex.server.cache.Lease`.
+    """An answer in progress under a :class:`~geniex.server.cache.Lease`: the events of
+    a task run (:mod:`geniex.engine.tasks`).
 
-    The first step is taken on creation, so a prompt that does not fit fails here,
+    The first event is taken on creation, so a prompt that does not fit fails here,
     while an HTTP status can still say so. :meth:`pieces` yields the text as it comes;
     :meth:`close` (always called) hands the model to the next request.
     """
 
-    def __init__(self, lease, generation, model, warnings):
+    def __init__(self, lease, events, model, warnings):
         self.lease = lease
-        self.generation = generation
         self.model = model
         self.warnings = warnings
-        self._steps = iter(generation)
+        self.stats = None                       # the answer's Stats, once it is done
+        self._events = events
         try:
-            self._first = next(self._steps, None)
+            self._first = next(events, None)
         except BaseException:
             lease.release()
             raise
 
-    @property
-    def stats(self):
-        return self.generation.stats
-
     def pieces(self):
-        """Printable text pieces until the answer ends (``stats`` is then complete)."""
-        step = self._first
-        while step is not None:
-            if step.text:
-                yield step.text
-            step = next(self._steps, None)
+        """Printable text pieces until the answer ends (``stats`` is then set)."""
+        event = self._first
+        while event is not None:
+            if isinstance(event, tasks.Done):
+                self.stats = event.stats
+            elif event.text:
+                yield event.text
+            event = next(self._events, None)
 
     def text(self):
         """Consume the whole answer; returns its text."""
@@ -85,7 +86,7 @@ class Answer:
 
     def close(self):
         """Hand the model to the next request (once), logging the answer's profile."""
-        if self.stats.stop_reason and not self.lease.released:
+        if self.stats is not None and not self.lease.released:
             log.info("%s: %s (stop: %s)", self.model, profile.line(self.stats), self.stats.stop_reason)
         self.lease.release()
 
@@ -112,47 +113,24 @@ class Answerer:
         target = self._target(body["model"])
         body = self._sized(body, target)
         spec = self._spec(body)
-        warm_up = not body["messages"]
-        if not warm_up:
-            messages, warnings = chat_messages(body["messages"], target, bool(spec.types))
-        lease = self._lease(body, target, spec, cancel)
-        if warm_up:
-            lease.release()
+        if not body["messages"]:
+            self._lease(body, target, spec, cancel).release()
             return None
-        try:
-            session = lease.session
-            if not keep_cache:
-                session.reset()
-            prompt = template_for(session.model).render(messages, tools=body.get("tools"),
-                                                        extra=body.get("chat_template_kwargs"))
-            tokens = session.tokenize_prompt(prompt)
-            opts = self._gen_options(body, _get(body, "max_completion_tokens",
-                                                _get(body, "max_tokens", CHAT_MAX_TOKENS)))
-            generation = session.generate(tokens, opts, cancel=cancel)
-        except BaseException:
-            lease.release()
-            raise
-        return _start(lease, generation, target.name, warnings, "messages")
+        messages, warnings = chat_messages(body["messages"], target, bool(spec.types))
+        task = tasks.ChatTask(messages, self._gen_options(body, _get(body, "max_completion_tokens",
+                                                                      _get(body, "max_tokens", CHAT_MAX_TOKENS))),
+                              tools=body.get("tools"), template_kwargs=body.get("chat_template_kwargs"),
+                              keep_cache=keep_cache)
+        return _start(self._lease(body, target, spec, cancel), task, cancel, target.name, warnings, "messages")
 
     def complete(self, body, keep_cache, cancel):
         """``/v1/completions``: the raw prompt, no template, no drafting."""
         target = self._target(body["model"])
         body = self._sized(body, target)
         prompt = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
-        lease = self._lease(body, target, None, cancel)
-        try:
-            session = lease.session
-            if not keep_cache:
-                session.reset()
-            tokens = session.vocab.tokenize(prompt, add_special=session.vocab.add_bos)
-            if not tokens:
-                raise ApiError(400, "prompt: the prompt is empty", param="prompt", code="invalid_value")
-            opts = self._gen_options(body, _get(body, "max_tokens", COMPLETION_MAX_TOKENS))
-            generation = session.generate(tokens, opts, cancel=cancel, speculative=False)
-        except BaseException:
-            lease.release()
-            raise
-        return _start(lease, generation, target.name, [], "prompt")
+        task = tasks.CompletionTask(prompt, self._gen_options(body, _get(body, "max_tokens", COMPLETION_MAX_TOKENS)),
+                                    keep_cache=keep_cache)
+        return _start(self._lease(body, target, None, cancel), task, cancel, target.name, [], "prompt")
 
     # -- pieces ------------------------------------------------------------------------
     def resolve(self, name, param="model"):
@@ -248,9 +226,11 @@ class Answerer:
                           sampling=sampling)
 
 
-def _start(lease, generation, model, warnings, field):
+def _start(lease, task, cancel, model, warnings, field):
+    """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
+    errors a request causes to their statuses; the lease is released on failure."""
     try:
-        return Answer(lease, generation, model, warnings)
+        return Answer(lease, lease.run(task, cancel), model, warnings)
     except Cancelled as e:
         log.info("%s: request cancelled (the client went away or the server is stopping) while its "
                  "prompt was processed; stopped after %d of %d prompt tokens", model, e.done, e.total)
@@ -259,6 +239,11 @@ def _start(lease, generation, model, warnings, field):
     except ContextLengthExceeded as e:
         # The engine's message names the CLI flag; a request sets the field instead.
         raise ApiError(400, str(e).replace("--nctx", "nctx"), param=field, code="context_length_exceeded") from None
+    except UsageError as e:
+        raise ApiError(400, str(e), param=e.param or field, code="invalid_value") from None
+    except BaseException:
+        lease.release()
+        raise
 
 
 def chat_messages(messages, target, speculative):

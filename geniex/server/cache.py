@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from geniex.engine import tasks
 from geniex.server.validation import ApiError
 
 log = logging.getLogger("geniex.server")
@@ -91,13 +92,17 @@ class CacheKey:
 
 
 class Lease:
-    """The turn on the resident Session; :meth:`release` (or leaving the ``with``
+    """The turn on the resident model; :meth:`release` (or leaving the ``with``
     block) hands it to the next request. Releasing twice is harmless."""
 
     def __init__(self, cache, session):
         self.session = session
         self._cache = cache
         self.released = False
+
+    def run(self, task, cancel=None):
+        """Run a task (:mod:`geniex.engine.tasks`) on the resident model: its events."""
+        return self.session.run(task, cancel)
 
     def release(self):
         if not self.released:
@@ -130,8 +135,9 @@ class ModelCache:
         self.loads = 0                          # models loaded since the start (/health)
         self._wake = threading.Event()
         self._closed = False
-        self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
-        self._reaper.start()
+        # The keepalive thread starts with the first model load, so that making an app
+        # (create_app) starts nothing until it serves.
+        self._reaper = None
 
     def lease(self, key, load, cancel=None):
         """Wait for our turn, make sure the model for ``key`` is resident (calling
@@ -156,6 +162,9 @@ class ModelCache:
                 self._free("another model or load setting was requested")
                 log.info("loading %s", key.model)
                 self._session = load()
+                if self._reaper is None:
+                    self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
+                    self._reaper.start()
                 self._key = key
                 self.loads += 1
             return Lease(self, self._session)
@@ -174,7 +183,8 @@ class ModelCache:
             session = self._session
             if session is None:
                 return None
-            session.reset(drafts=True)
+            for _ in session.run(tasks.ForgetDrafts()):
+                pass
             return session.name
         finally:
             self._turn.release()

@@ -155,6 +155,6 @@ def as_api_error(exc):
                         code=exc.name.lower().replace(" ", "_"), headers=headers)
     for kind, status, code in _STATUS:
         if isinstance(exc, kind):
-            return ApiError(status, str(exc), code=code)
+            return ApiError(status, str(exc), param=exc.param, code=code)
     log.exception("internal error")
     return ApiError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")

@@ -53,7 +53,7 @@ def build(target, spec, n_rs_seq=0, bundled_nextn=False):
         notes.append("note: this target's weights are F32/F16/BF16; llama.cpp multiplies a "
                      "many-row verify batch by them in another order than a one-row decode, so "
                      "speculative output can differ from plain output at near-ties (quantized "
-                     "weights are bitwise exact; see README, Identical output)")
+                     "weights are bitwise exact; see docs/speculative.md, Identical output)")
     for n in notes:
         log.debug(n)
     return drafter, notes

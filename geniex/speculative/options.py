@@ -8,7 +8,7 @@ it and what it means. The CLI flags (:func:`add_flags`), the request schema's
 (:func:`to_request`), the Python API's keyword arguments and the server's model-cache
 key (:meth:`SpecOptions.key`) are all built from it.
 
-Adding a setting: a row here, its use in the drafter, a test (README, Development).
+Adding a setting: a row here, its use in the drafter, a test (docs/development.md).
 """
 import argparse
 from dataclasses import dataclass, field

@@ -1,7 +1,7 @@
 """``geniex serve`` over HTTP: chat and completions (streamed and not), usage, errors,
-schema checks, models, CORS. One real server (a subprocess on a free loopback port)
-for the whole module, with a store holding the demo model, a copy registered as
-multimodal, and a QAIRT bundle."""
+schema checks, models, CORS. One real server (create_app served on a free loopback
+port in this process) for the whole module, with a store holding the demo model, a
+copy registered as multimodal, and a QAIRT bundle."""
 import io
 
 import pytest
@@ -10,7 +10,7 @@ import requests
 from fakehub import FakeHub
 from geniex.store import Store
 from geniex.store.hub import Hub
-from serverproc import DEMO, Server, chat_body, check_shape
+from serverproc import DEMO, AppServer, chat_body, check_shape
 
 VLM = "test/vision-demo:Q4_1"
 QAIRT = "qualcomm/Bundle:DEFAULT"
@@ -25,7 +25,7 @@ def server(tmp_path_factory, demo_model):
         store.pull("qualcomm/Bundle", out=io.StringIO())
         store.pull(VLM, local_path=demo_model, model_type="vlm", out=io.StringIO(), interactive=False)
     # Paths and any origin are opt-in (tests/test_hardening_server.py checks the defaults).
-    with Server(data, "--nctx", 1024, "--allow-paths", "--origins", "*") as s:
+    with AppServer(data, nctx=1024, allow_paths=True, origins="*") as s:
         yield s
 
 

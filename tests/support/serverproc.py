@@ -1,6 +1,9 @@
-"""A real ``geniex serve`` in a subprocess on a free loopback port, for the server and
-``run`` tests. ``--host 127.0.0.1:0`` lets the OS pick the port; the server prints
-the address it got on its first line."""
+"""Real servers on a free loopback port for the server and ``run`` tests:
+:class:`AppServer` serves ``create_app()`` in a thread of the test process (most
+tests: validation, guards, shapes, answers), :class:`Server` runs ``geniex serve`` in
+a subprocess where the process matters (signals, the CLI, disconnects). ``--host
+127.0.0.1:0`` lets the OS pick the port; the server prints the address it got on its
+first line."""
 import json
 import os
 import re
@@ -20,7 +23,69 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = "demo/SmolLM2-135M-Instruct:Q4_1"
 
 
-class Server:
+class Http:
+    """HTTP helpers over ``self.url`` (both kinds of server below)."""
+
+    def get(self, path, **kw):
+        return requests.get(self.url + path, timeout=60, **kw)
+
+    def post(self, path, body, **kw):
+        return requests.post(self.url + path, json=body, timeout=120, **kw)
+
+    def chat(self, body, **kw):
+        return self.post("/v1/chat/completions", body, **kw)
+
+    def health(self):
+        return self.get("/health").json()
+
+    def stream(self, path, body, **kw):
+        """POST with ``stream: true``; returns the decoded events (``[DONE]`` seen)."""
+        with requests.post(self.url + path, json={**body, "stream": True}, stream=True, timeout=120, **kw) as r:
+            assert r.status_code == 200, r.text
+            assert r.headers["Content-Type"].startswith("text/event-stream")
+            lines = [line for line in r.iter_lines(decode_unicode=True) if line]
+        assert lines[-1] == "data: [DONE]", lines[-3:]
+        return [json.loads(line[5:]) for line in lines if line.startswith("data:") and "[DONE]" not in line]
+
+
+class AppServer(Http):
+    """The app of ``create_app(config)`` served by waitress in a thread of this process
+    on a free loopback port: real HTTP and the real engine, without a process start.
+    ``fields`` are ServerConfig fields (``AppServer(data_dir, nctx=1024)`` sets the
+    default context through ``defaults``)."""
+
+    def __init__(self, data_dir, store=None, nctx=None, **fields):
+        from geniex.server.answering import Defaults
+        from geniex.server.app import ServerConfig, create_app
+        from geniex.server.serving import address, make_server
+        config = ServerConfig(data_dir=data_dir, bind_host="127.0.0.1", **fields)
+        if nctx is not None:
+            config.defaults = Defaults(nctx=nctx)
+        self.app = create_app(config, store)
+        self.cache = self.app.extensions["geniex.answerer"].cache
+        self.server = make_server(self.app, "127.0.0.1", 0, config)
+        self.url = address(self.server)
+        self.host = self.url[len("http://"):]
+        self._thread = threading.Thread(target=self.server.run, name="test-server", daemon=True)
+        self._thread.start()
+
+    def close(self):
+        """Stop answering, close every connection (the loop ends with an empty map),
+        join the worker threads and free the model."""
+        self.cache.stop()
+        self.server.trigger.pull_trigger(lambda: [ch.close() for ch in list(self.server._map.values())])
+        self._thread.join(30)
+        self.server.task_dispatcher.shutdown()
+        self.cache.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Server(Http):
     """``python -m geniex serve`` with its own data dir; use as a context manager."""
 
     def __init__(self, data_dir, *args, env=None, timeout=30):
@@ -57,28 +122,6 @@ class Server:
     @property
     def stderr(self):
         return "".join(self._stderr)
-
-    # -- HTTP helpers ----------------------------------------------------------------
-    def get(self, path, **kw):
-        return requests.get(self.url + path, timeout=60, **kw)
-
-    def post(self, path, body, **kw):
-        return requests.post(self.url + path, json=body, timeout=120, **kw)
-
-    def chat(self, body, **kw):
-        return self.post("/v1/chat/completions", body, **kw)
-
-    def health(self):
-        return self.get("/health").json()
-
-    def stream(self, path, body, **kw):
-        """POST with ``stream: true``; returns the decoded events (``[DONE]`` seen)."""
-        with requests.post(self.url + path, json={**body, "stream": True}, stream=True, timeout=120, **kw) as r:
-            assert r.status_code == 200, r.text
-            assert r.headers["Content-Type"].startswith("text/event-stream")
-            lines = [line for line in r.iter_lines(decode_unicode=True) if line]
-        assert lines[-1] == "data: [DONE]", lines[-3:]
-        return [json.loads(line[5:]) for line in lines if line.startswith("data:") and "[DONE]" not in line]
 
     # -- stopping ----------------------------------------------------------------------
     def stop(self, sig=signal.SIGTERM, timeout=30):

@@ -1,7 +1,7 @@
 """``POST /v1/spec/reset``: forget what speculative drafting learned from earlier answers.
 
 The n-gram methods keep a memory of every answer for as long as a model stays loaded
-(README, "Speculative decoding"); a client that wants a fresh start (a benchmark, a
+(docs/speculative.md, "N-gram memory"); a client that wants a fresh start (a benchmark, a
 new unrelated task) resets it here without reloading the model.
 """
 from flask import Blueprint, current_app, jsonify
