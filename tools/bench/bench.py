@@ -107,7 +107,7 @@ def conversations(plain, chosen, rounds, quick):
     return out
 
 
-def busy_warnings(load_before, loads, costs, cpus):
+def busy_warnings(load_before, loads, costs, cpus, policy_costs):
     """What made this run's timings doubtful, in words (empty: nothing seen)."""
     out = []
     if load_before > 0.5 * cpus:
@@ -117,7 +117,11 @@ def busy_warnings(load_before, loads, costs, cpus):
     if high:
         out.append(f"load average reached {max(high):.2f} during the rounds ({cpus} CPUs; the bench alone "
                    f"keeps about {cpus} busy)")
-    stalled = [c[2] / c[1] for c in costs if c[2] / c[1] > STALL]
+    for name, curve in policy_costs.items():
+        if curve and curve["2"] > STALL:
+            out.append(f"{name}'s draft policy measured a 2-row verify at {curve['2']:.1f} one-row decodes when "
+                       "it loaded (batches stalling then): it drafts less than on a quiet machine")
+    stalled = [c[1] / c[0] for c in costs if c[1] / c[0] > STALL]
     if stalled:
         out.append(f"multi-threaded batches stalled in {len(stalled)} of {len(costs)} checks (a 2-row decode "
                    f"cost up to {max(stalled):.0f}x a one-row decode): another process held a core")
@@ -143,10 +147,11 @@ def main(argv=None):
     workers, burners, loads, costs = {}, [], [], []
     runs = []
     try:
-        for c in cfgs:                          # start all, then wait: the loads overlap
+        for c in cfgs:
+            # One at a time: ours measures the verify cost curve its draft policy uses when
+            # it loads, and another worker loading beside it would make batches look dear.
             workers[c.name] = Worker(c, path, logdir)
-        for w in workers.values():
-            w.wait_ready()
+            workers[c.name].wait_ready()
         plain = workers["ours plain"]
         prompts = conversations(plain, chosen, args.rounds, args.quick)
         print(f"# geniex bench: {path.name}, {len(cfgs)} configurations, {len(chosen)} workloads, "
@@ -179,7 +184,8 @@ def main(argv=None):
             w.close()
 
     _compare_texts(runs)
-    warnings = busy_warnings(load_before, loads, costs, cpus)
+    policy_costs = {n: w.hello.get("verify_cost") for n, w in workers.items() if w.hello.get("verify_cost")}
+    warnings = busy_warnings(load_before, loads, costs, cpus, policy_costs)
     if args.load:
         warnings.insert(0, f"{args.load} busy-looping process(es) ran beside the bench on purpose (--load)")
     data = {
@@ -190,7 +196,7 @@ def main(argv=None):
             "load_before": round(load_before, 2), "loads": [round(x, 2) for x in loads],
             "seconds": round(time.perf_counter() - t_start), "rounds": args.rounds, "quick": args.quick,
             "geniex": _git_head(), "llama_cpp": "b11549", "warnings": warnings,
-            "row_cost": costs,
+            "row_cost": costs, "policy_verify_cost": policy_costs,
         },
         "configs": [c.to_json() for c in cfgs],
         "workloads": [{"name": w.name, "kind": w.kind, "describe": w.describe,

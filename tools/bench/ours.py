@@ -23,8 +23,11 @@ class Runner:
         self.s = Session(model_path, opts)
         if cfg.spec and self.s.drafter is None:
             raise SystemExit(f"{cfg.name}: speculative setup failed: {self.s.spec_notes}")
+        # The verify cost curve the draft policy measured at load (rows -> one-row decodes).
+        costs = getattr(self.s.policy, "costs", None)
         self.hello = {"model_bytes": self.s.model.size_bytes, "notes": self.s.spec_notes,
-                      "threads": [self.s.threads, self.s.threads_batch]}
+                      "threads": [self.s.threads, self.s.threads_batch],
+                      "verify_cost": {str(r): c for r, c in costs.items()} if costs else None}
 
     def tokenize(self, messages):
         """The prompt token ids of a chat (the model's template, as the server renders it)."""

@@ -94,7 +94,7 @@ def column(path, index):
 ]
 
 WORKLOAD = Workload(
-    name="agent", kind="input", tokens=192, quick_tokens=96, order=60,
+    name="agent", kind="input", tokens=192, quick_tokens=64, order=60,
     describe="an agent's second turn: edit the code of the previous answer again (another session each round)",
     pool=[Instance([FIRST.format(edit=first, code=code), SECOND.format(edit=second)])
           for first, second, code in SESSIONS])

@@ -117,6 +117,6 @@ def closest(point, others):
 ]
 
 WORKLOAD = Workload(
-    name="code-edit", kind="input", tokens=192, quick_tokens=96, order=10,
+    name="code-edit", kind="input", tokens=192, quick_tokens=64, order=10,
     describe="edit a function and reply with the whole updated code (another function each round)",
     pool=[Instance([ASK.format(edit=edit, code=code)]) for edit, code in FUNCTIONS])

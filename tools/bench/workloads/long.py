@@ -13,6 +13,6 @@ ASKS = [
 ]
 
 WORKLOAD = Workload(
-    name="long", kind="open", tokens=512, quick_tokens=256, order=70,
+    name="long", kind="open", tokens=512, quick_tokens=128, order=70,
     describe="a long answer in prose, 512 tokens (another request each round)",
     pool=[Instance([a]) for a in ASKS])

@@ -13,6 +13,6 @@ QUESTIONS = [
 ]
 
 WORKLOAD = Workload(
-    name="open-question", kind="open", tokens=192, quick_tokens=96, order=40,
+    name="open-question", kind="open", tokens=192, quick_tokens=64, order=40,
     describe="an open question answered in prose (another question each round)",
     pool=[Instance([q]) for q in QUESTIONS])

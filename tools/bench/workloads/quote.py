@@ -34,6 +34,6 @@ PASSAGES = [
 ]
 
 WORKLOAD = Workload(
-    name="quote", kind="input", tokens=192, quick_tokens=96, order=20,
+    name="quote", kind="input", tokens=192, quick_tokens=64, order=20,
     describe="quote the first two sentences of a passage, then summarise it (another passage each round)",
     pool=[Instance([ASK.format(passage=p)]) for p in PASSAGES])

@@ -29,6 +29,6 @@ def csv_table(seed):
 
 
 WORKLOAD = Workload(
-    name="table", kind="input", tokens=192, quick_tokens=96, order=30,
+    name="table", kind="input", tokens=192, quick_tokens=64, order=30,
     describe="convert a CSV table of 5-7 rows to Markdown (another table each round)",
     pool=[Instance([ASK.format(csv=csv_table(seed))]) for seed in range(8)])
