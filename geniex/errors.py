@@ -5,6 +5,14 @@ maps them to OpenAI-style error bodies. Anything else escaping is a bug.
 """
 
 
+def shown(text, limit=80):
+    """Text from a file or a server (a name, a key), safe inside a one-line message:
+    control characters (terminal escape sequences, newlines) and other unprintables
+    escaped, long text cut."""
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+    return out if len(out) <= limit else out[:limit - 1] + "…"
+
+
 class GenieXError(Exception):
     """A failure the user can act on; the message says what to do next.
 

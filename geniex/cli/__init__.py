@@ -78,7 +78,9 @@ def main(argv=None):
     """Run the CLI; returns the process exit code."""
     _safe_console()
     parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
+    # Not list(argv): importing the verb modules binds geniex.cli.list (the `list` verb)
+    # in this module's namespace, where it shadows the builtin.
+    argv = sys.argv[1:] if argv is None else [*argv]
     flags = argv[:argv.index("--")] if "--" in argv else argv
     if "--version" in flags and "-h" not in flags and "--help" not in flags:
         # Anywhere on the line (`geniex pull --version`), even where the verb's own

@@ -153,10 +153,14 @@ class Session:
     # -- answering ---------------------------------------------------------------
     def tokenize_prompt(self, text):
         """A complete prompt (already templated) -> tokens, with BOS where the model
-        wants one and the template did not already put it."""
+        wants one and the template did not already put it. GenieXError if nothing is
+        left to answer (a model's template that renders nothing, without a BOS)."""
         tokens = self.vocab.tokenize(text, add_special=self.vocab.add_bos, parse_special=True)
         if len(tokens) >= 2 and tokens[0] == tokens[1] == self.vocab.bos:
             tokens = tokens[1:]
+        if not tokens:
+            raise GenieXError("the prompt is empty: the model's chat template rendered nothing for this "
+                              "conversation")
         return tokens
 
     def generate(self, prompt_tokens, opts, cancel=None, speculative=True):

@@ -17,17 +17,38 @@ is decided once per template by trial renders, as llama.cpp decides them:
 - a template that has no system turn (it drops the system message or refuses it with
   ``raise_exception``, as Gemma-2's and some Mistral templates do) gets the system text
   at the start of the next user message (joined by a newline).
+
+A template comes from the model file, so it is rendered in a bounded sandbox on top of
+Jinja's: each render (and the compile and the capability probes) must end within
+:data:`RENDER_SECONDS` (a trace function checks the clock on every line run, so a loop
+that prints nothing still ends), its output and every value it builds stay under
+:data:`MAX_TEXT` characters (checked as output streams out, at every call, filter,
+operator and namespace assignment, before anything larger is allocated where the size
+can be known first), and the source itself is at most :data:`MAX_SOURCE` characters.
+Crossing a bound is :class:`TemplateLimit`, a clear error, never a hang or a crash.
 """
 import copy
+import functools
 import json
+import math
+import re
+import sys
+import time
 from datetime import datetime
 
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
 
 from geniex.errors import GenieXError
+
+RENDER_SECONDS = 5.0        # one render, one compile or one probe
+MAX_TEXT = 16 << 20         # characters of output, and of any one value built on the way
+MAX_SOURCE = 1 << 20        # characters of template source (real ones are < 100k)
+MAX_POWER_BITS = 1 << 16    # the size of an integer ``**`` may make
+TEMPLATE_FILE = "<template>"  # the file name Jinja gives code compiled from a string
 
 
 class TemplateRefused(GenieXError):
@@ -38,6 +59,17 @@ class TemplateRefused(GenieXError):
 class TemplateFailed(Exception):
     """The template could not be rendered for a reason other than ``raise_exception``
     (a Jinja error, a construct the sandbox forbids): the caller may fall back."""
+
+
+class TemplateLimit(GenieXError):
+    """The template crossed one of the sandbox's bounds (time, output or value size,
+    source size): the model's template is broken or hostile."""
+
+
+class _OutOfTime(BaseException):
+    # Raised by the trace function inside the template's frames. A BaseException, so no
+    # ``except Exception`` in Jinja's runtime or a filter can swallow it and go on.
+    pass
 
 
 class _Refusal(Exception):
@@ -72,27 +104,192 @@ class _GenerationBlock(Extension):
         return nodes.Scope(body, lineno=lineno)
 
 
+def _too_big(what, n):
+    return TemplateLimit(f"the model's chat template {what} of {n:,} characters (geniex allows "
+                         f"{MAX_TEXT:,}); it is broken or hostile")
+
+
+def _size(value):
+    return len(value) if isinstance(value, (str, bytes, list, tuple, dict)) else 0
+
+
+def _bounded(value, what="built a value"):
+    n = _size(value)
+    if n > MAX_TEXT:
+        raise _too_big(what, n)
+    return value
+
+
+_LONG_NUMBER = re.compile(r"\d{8,}")
+
+
+def _check_format(fmt):
+    """A ``%`` or ``str.format`` pattern must not ask for a field wider than MAX_TEXT
+    (``'%400000000d' % 1`` allocates that much at once)."""
+    for m in _LONG_NUMBER.finditer(fmt):
+        if int(m.group()) > MAX_TEXT:
+            raise _too_big("asks for a field", int(m.group()))
+
+
+def _check_args(args, kwargs):
+    """No call from a template gets a number larger than any size it may build (widths,
+    counts: ``center(10**9)``, ``lipsum(n=...)``, ``slice(...)``) or an oversized value."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_TEXT:
+            raise _too_big("passes a size", abs(value))
+        _bounded(value, "passes a value")
+
+
+def _check_join(items, sep):
+    if isinstance(items, (list, tuple, str)):
+        n = sum(len(str(x)) for x in items) + len(str(sep)) * max(len(items) - 1, 0)
+        if n > MAX_TEXT:
+            raise _too_big("joins text", n)
+
+
+def _check_replace(text, old, new):
+    if isinstance(text, str) and isinstance(old, str) and isinstance(new, str):
+        hits = text.count(old) if old else len(text) + 1
+        n = len(text) + hits * (len(new) - len(old))
+        if n > MAX_TEXT:
+            raise _too_big("replaces its way to text", n)
+
+
+def _precheck(func, values, kwargs):
+    """Results whose size is known before they are built: formats, joins, replacements
+    (as str methods, or Jinja's ``join`` and ``replace`` filters)."""
+    inner = getattr(func, "__wrapped__", func)      # the sandbox wraps str.format
+    name, owner = getattr(inner, "__name__", ""), getattr(inner, "__self__", None)
+    if isinstance(owner, str):
+        if name in ("format", "format_map"):
+            _check_format(owner)
+        elif name == "join" and values:
+            _check_join(values[0], owner)
+        elif name == "replace" and len(values) >= 2:
+            _check_replace(owner, values[0], values[1])
+    elif name in ("do_join", "sync_do_join") and values:
+        _check_join(values[0], values[1] if len(values) > 1 else kwargs.get("d", ""))
+    elif name == "do_replace" and len(values) >= 3:
+        _check_replace(*values[:3])
+    elif name == "do_format" and values and isinstance(values[0], str):
+        _check_format(values[0])
+
+
+class _BoundedNamespace(Namespace):
+    """``namespace()``, whose attributes cannot hold an oversized value (``{% set ns.s =
+    ns.s ~ ns.s %}`` in a loop doubles a string each time)."""
+
+    def __setitem__(self, name, value):
+        super().__setitem__(name, _bounded(value, "stored a value"))
+
+
+def _bounded_filter(func):
+    @functools.wraps(func)    # keeps jinja_pass_arg: Jinja still passes the context first
+    def run(*args, **kwargs):
+        values = [a for a in args if not isinstance(a, (jinja2.runtime.Context, jinja2.nodes.EvalContext,
+                                                       jinja2.Environment))]
+        _check_args(values, kwargs)
+        _precheck(func, values, kwargs)
+        return _bounded(func(*args, **kwargs))
+    return run
+
+
+class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, with sizes bounded wherever a template can build a value."""
+
+    intercepted_binops = frozenset(("*", "**", "+", "%"))
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "*":
+            seq, times = (left, right) if isinstance(right, int) else (right, left)
+            if isinstance(times, int) and _size(seq) * max(times, 0) > MAX_TEXT:
+                raise _too_big("repeats text", _size(seq) * times)
+        elif operator == "**":
+            if (isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
+                    and right * math.log2(abs(left)) > MAX_POWER_BITS):
+                raise TemplateLimit(f"the model's chat template computes {left} ** {right}, a number too large "
+                                    "to build; it is broken or hostile")
+        elif operator == "+":
+            if _size(left) + _size(right) > MAX_TEXT:
+                raise _too_big("joins text", _size(left) + _size(right))
+        elif operator == "%" and isinstance(left, str):
+            _check_format(left)
+        return _bounded(super().call_binop(context, operator, left, right))
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's signature
+        _check_args(args, kwargs)
+        _precheck(__obj, args, kwargs)
+        return _bounded(super().call(__context, __obj, *args, **kwargs))
+
+
 def environment():
-    """The sandboxed Jinja2 environment transformers renders chat templates in."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_GenerationBlock, loopcontrols])
+    """The sandboxed Jinja2 environment transformers renders chat templates in, with the
+    bounds of this module (see the module doc)."""
+    env = _BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                              extensions=[_GenerationBlock, loopcontrols])
     env.filters["tojson"] = _tojson
+    env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["namespace"] = _BoundedNamespace
     return env
 
 
+class _Deadline:
+    """While active, every Python call in this thread and every line of the template's
+    own code (a loop that prints nothing calls nothing) checks the clock, and past
+    ``seconds`` raises _OutOfTime. The trace function is per thread: other threads (the
+    server's other requests) run untraced."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __enter__(self):
+        end = time.monotonic() + self.seconds
+
+        def line(frame, event, arg):
+            if time.monotonic() > end:
+                raise _OutOfTime()
+            return line
+
+        def call(frame, event, arg):
+            if time.monotonic() > end:
+                raise _OutOfTime()
+            # Lines are traced in the template's code only: Jinja's runtime and the
+            # filters loop over values the bounds above already limit.
+            return line if frame.f_code.co_filename == TEMPLATE_FILE else None
+
+        self._previous = sys.gettrace()
+        sys.settrace(call)
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        sys.settrace(self._previous)
+        if kind is _OutOfTime:
+            raise TemplateLimit(f"the model's chat template ran for more than {self.seconds:g} s "
+                                "(an endless or enormous loop); it is broken or hostile") from None
+        return False
+
+
 class JinjaTemplate:
-    """One compiled chat template. Raises :class:`TemplateFailed` if it does not compile."""
+    """One compiled chat template. Raises :class:`TemplateFailed` if it does not compile,
+    :class:`TemplateLimit` if it is larger than :data:`MAX_SOURCE` or crosses a bound
+    while compiling or being probed."""
 
     def __init__(self, source, bos_token="", eos_token=""):
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        if len(source) > MAX_SOURCE:
+            raise TemplateLimit(f"the model's chat template is {len(source):,} characters long (geniex "
+                                f"compiles at most {MAX_SOURCE:,}); it is broken or hostile")
         try:
-            self._compiled = environment().from_string(source)
+            with _Deadline(RENDER_SECONDS):
+                self._compiled = environment().from_string(source)
         except jinja2.TemplateError as e:
             raise TemplateFailed(_describe(e)) from None
+        except RecursionError:
+            raise TemplateFailed("the template nests too deeply to compile") from None
         self.object_arguments = self._requires_object_arguments()
         self.system_role = self._supports_system_role()
 
@@ -109,7 +306,11 @@ class JinjaTemplate:
                        add_generation_prompt=add_generation_prompt,
                        bos_token=self.bos_token, eos_token=self.eos_token)
         try:
-            return self._compiled.render(**context)
+            return self._render(context)
+        except (TemplateLimit, MemoryError) as e:
+            if isinstance(e, MemoryError):
+                raise TemplateLimit("the model's chat template ran out of memory; it is broken or hostile") from None
+            raise
         except _Refusal as e:
             raise TemplateRefused(f"the model's chat template refused the conversation: {e}") from None
         except RecursionError:
@@ -117,11 +318,23 @@ class JinjaTemplate:
         except Exception as e:  # noqa: BLE001 - any failure inside the template is the template's
             raise TemplateFailed(_describe(e)) from None
 
+    def _render(self, context):
+        """Render under the deadline, stopping as soon as the output passes MAX_TEXT."""
+        parts, total = [], 0
+        with _Deadline(RENDER_SECONDS):
+            for chunk in self._compiled.generate(**context):
+                total += len(chunk)
+                if total > MAX_TEXT:
+                    raise _too_big("renders text", total)
+                parts.append(chunk)
+        return "".join(parts)
+
     def _try_render(self, messages):
         try:
-            return self._compiled.render(messages=messages, tools=None, documents=None,
-                                         add_generation_prompt=False,
-                                         bos_token=self.bos_token, eos_token=self.eos_token)
+            return self._render(dict(messages=messages, tools=None, documents=None, add_generation_prompt=False,
+                                     bos_token=self.bos_token, eos_token=self.eos_token))
+        except TemplateLimit:
+            raise
         except Exception:  # noqa: BLE001 - a probe the template does not handle shows nothing
             return ""
 

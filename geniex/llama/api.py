@@ -225,6 +225,10 @@ OPTIONAL_FUNCTIONS = {
     "ggml_backend_reg_name": (c_char_p, [c_void_p]),
     "ggml_backend_reg_dev_count": (c_size_t, [c_void_p]),
     "ggml_backend_dev_backend_reg": (c_void_p, [c_void_p]),   # the registry a device belongs to
+    # ggml's type traits (elements per block, bytes per block; 0 for removed types): the
+    # tests check geniex.llama.gguf_file's own table against them
+    "ggml_blck_size": (ctypes.c_int64, [c_int]),
+    "ggml_type_size": (c_size_t, [c_int]),
 }
 
 # The MTP hidden-state staging API is declared only in llama.cpp's private

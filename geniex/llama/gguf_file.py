@@ -1,27 +1,75 @@
-"""Read a GGUF file's header (metadata and tensor table) and check it is whole.
+"""Read a GGUF file's header (metadata and tensor table) and check it before llama.cpp does.
 
-llama.cpp aborts the process on some malformed inputs, and a mismatched MTP pair can
-only be caught from metadata, so every file is read here before the library sees it.
-This is a small reader of our own, not ``gguf.GGUFReader``, because that one decodes
-every vocabulary string into numpy objects (seconds for a 49k vocab) where we need
-milliseconds: large arrays are skipped, and only their length is kept.
+llama.cpp aborts the whole process on some malformed files (a norm weight of the wrong
+type, ``block_count = 0``, tensors off ggml's 32-byte alignment, two tokens with one
+text, ...), so every file is read and checked here before the library sees it. What is
+checked mirrors what b11549 itself assumes, in ``ggml/src/gguf.cpp`` (the container),
+``src/llama-model-loader.cpp`` and ``llama_model_base::load_hparams`` (the model), and
+``src/llama-vocab.cpp`` (the vocabulary); the first problem found is refused with one
+line naming the file (:class:`~geniex.errors.ModelLoadError`).
+
+Every count and length in the file is bounded by the bytes left to hold it before
+anything is allocated or looped over, so a hostile file costs at most a pass over its
+header. This is a small reader of our own, not ``gguf.GGUFReader``, because that one
+decodes every vocabulary string into numpy objects (seconds for a 49k vocab, and
+unbounded for a forged length) where we need milliseconds: long arrays are skipped and
+kept as their length only.
 """
 import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
-from geniex.errors import ModelLoadError
+from geniex import files
+from geniex.errors import ModelLoadError, shown
 
 MAGIC = b"GGUF"
-_SCALARS = {  # gguf value type -> struct format
-    0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d",
-}
 T_STRING, T_ARRAY = 8, 9
-KEEP_ARRAY = 256   # arrays longer than this are kept as their length only
+_SCALARS = {  # gguf value type -> struct format
+    0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<b", 10: "<Q", 11: "<q", 12: "<d",
+}
+_INTEGERS = frozenset((0, 1, 2, 3, 4, 5, 10, 11))
+_TYPE_NAMES = {0: "u8", 1: "i8", 2: "u16", 3: "i16", 4: "u32", 5: "i32", 6: "f32", 7: "bool",
+               8: "string", 9: "array", 10: "u64", 11: "i64", 12: "f64"}
+KEEP_STRINGS = 256     # string arrays longer than this are kept as their length only
+KEEP_NUMBERS = 4096    # numeric arrays likewise (per-layer arrays have <= 512 entries)
+MAX_STRING = 1 << 24   # one key, value or tensor name; llama.cpp's own limit is 1 GiB
+
+# ggml types of b11549: id -> (name, elements per block, bytes per block). The ids the
+# library removed (4, 5, 31-33, 36-38) are absent; tests/llama/test_gguf_validation.py
+# checks the table against the library's ggml_blck_size/ggml_type_size.
+GGML_TYPES = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98), 19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18), 42: ("Q2_0", 64, 18),
+}
+F32 = 0
+# Types ggml has but no model weight is stored in: the dot-product partners of the
+# quantized types (Q8_1, Q8_K) and plain integers. llama.cpp's converters and its
+# quantizer never write them, and its CPU matrix kernels abort on some of them.
+NOT_WEIGHTS = frozenset((9, 15, 24, 25, 26, 27, 28))
+GGML_MAX_DIMS = 4
+GGML_MAX_NAME = 64         # tensor names are shorter than this (ggml_tensor.name)
+TENSOR_ALIGNMENT = 32      # ggml's CPU buffers: tensor data starts on this boundary
+DEFAULT_ALIGNMENT = 32
+MAX_LAYERS = 512           # LLAMA_MAX_LAYERS
+MAX_EXPERTS = 1024         # LLAMA_MAX_EXPERTS
+ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
+CLASSIFIER_ACTIVATIONS = ("gelu", "silu", "tanh")
+# Architectures that carry no language-model hyperparameters (load_hparams returns early).
+NO_HPARAMS = frozenset(("clip",))
+_INT64_MAX = (1 << 63) - 1
+# Smallest encodings, to bound counts by the bytes left: a key-value pair (key length,
+# a 1-byte key, type, a 1-byte value) and a tensor entry (name length, a 1-byte name,
+# n_dims, type, offset).
+_MIN_KV, _MIN_TENSOR = 8 + 1 + 4 + 1, 8 + 1 + 4 + 4 + 8
+_MIN_ELEMENT = {**{t: struct.calcsize(f) for t, f in _SCALARS.items()}, T_STRING: 8}
 
 
 @dataclass
@@ -54,127 +102,430 @@ class GGUFHeader:
         return self.metadata.get(f"{self.architecture}.{suffix}", default)
 
 
-class _Cursor:
-    def __init__(self, f, path):
-        self.f, self.path = f, path
-
-    def read(self, n):
-        data = self.f.read(n)
-        if len(data) != n:
-            raise ModelLoadError(f"{self.path}: truncated GGUF header (the file ends early); "
-                                 "re-download it")
-        return data
-
-    def unpack(self, fmt):
-        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
-
-    def string(self):
-        n = self.unpack("<Q")
-        if n > 1 << 24:
-            raise ModelLoadError(f"{self.path}: corrupt GGUF header (string of {n} bytes)")
-        return self.read(n).decode("utf-8", "replace")
-
-    def value(self, vtype):
-        if vtype in _SCALARS:
-            return self.unpack(_SCALARS[vtype])
-        if vtype == T_STRING:
-            return self.string()
-        if vtype == T_ARRAY:
-            etype, n = self.unpack("<I"), self.unpack("<Q")
-            if n <= KEEP_ARRAY:
-                return [self.value(etype) for _ in range(n)]
-            if etype in _SCALARS:
-                self.f.seek(n * struct.calcsize(_SCALARS[etype]), 1)
-            else:
-                for _ in range(n):
-                    self.value(etype)
-            return ArrayLength(n)
-        raise ModelLoadError(f"{self.path}: corrupt GGUF header (unknown value type {vtype})")
-
-
-def open_regular(path):
-    """``path`` opened for binary reading, only if it is a regular file.
-
-    A FIFO blocks ``open()`` until a writer comes and a device may never end, so both
-    are refused before opening; the file is opened non-blocking and checked again on
-    the open descriptor, so one swapped in meanwhile cannot block us either.
-    """
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise ModelLoadError(f"no such model file: {path}") from None
-    except OSError as e:
-        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
-    if stat.S_ISDIR(mode):
-        raise ModelLoadError(f"{path} is a folder, not a model file")
-    if not stat.S_ISREG(mode):
-        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as e:
-        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it")
-    return os.fdopen(fd, "rb")
-
-
 class ArrayLength(int):
     """Stands for a long metadata array (e.g. the vocabulary) by its length."""
 
 
-def read_header(path):
-    """Parse ``path``'s GGUF header and check that every tensor lies inside the file.
+class _Bad(Exception):
+    """A problem with the file; ``truncated`` when bytes ran out rather than made no sense."""
 
-    Raises ModelLoadError with one clear line for a missing file, a non-GGUF file or a
-    truncated one.
-    """
-    path = Path(path)
-    f = open_regular(path)
-    size = os.fstat(f.fileno()).st_size
+    def __init__(self, problem, truncated=False):
+        super().__init__(problem)
+        self.truncated = truncated
+
+
+class _Cursor:
+    """Reads the header through a window of the file, never past its end."""
+
+    WINDOW = 1 << 20
+
+    def __init__(self, f, size):
+        self.f, self.size = f, size
+        self.pos = 0                     # file offset of the next byte
+        self._buf, self._base = b"", 0   # self._buf holds the file from self._base on
+
+    @property
+    def left(self):
+        return self.size - self.pos
+
+    def _have(self, n, what):
+        if n > self.left:
+            raise _Bad(f"the file ends inside {what}", truncated=True)
+        end = self.pos + n
+        if end > self._base + len(self._buf) or self.pos < self._base:
+            self.f.seek(self.pos)
+            self._buf, self._base = self.f.read(max(n, self.WINDOW)), self.pos
+            if len(self._buf) < n:
+                raise _Bad(f"the file ends inside {what}", truncated=True)
+
+    def take(self, n, what):
+        self._have(n, what)
+        start = self.pos - self._base
+        self.pos += n
+        return self._buf[start:start + n]
+
+    def skip(self, n, what):
+        if n > self.left:
+            raise _Bad(f"the file ends inside {what}", truncated=True)
+        self.pos += n
+
+    def unpack(self, fmt, what):
+        n = struct.calcsize(fmt)
+        self._have(n, what)
+        value = struct.unpack_from(fmt, self._buf, self.pos - self._base)[0]
+        self.pos += n
+        return value
+
+    def length(self, what):
+        """A string's byte length, bounded by what is left of the file."""
+        n = self.unpack("<Q", what)
+        if n > self.left:
+            raise _Bad(f"{what} claims {n:,} bytes, more than the {self.left:,} left in the file",
+                       truncated=n < 1 << 40)
+        return n
+
+    def string(self, what):
+        n = self.length(what)
+        if n > MAX_STRING:
+            raise _Bad(f"{what} is {n:,} bytes long (more than geniex reads: {MAX_STRING:,})")
+        return self.take(n, what)
+
+    def text(self, what):
+        return self.string(what).decode("utf-8", "replace")
+
+
+def _value(cur, vtype, key, tokens):
+    """One metadata value. ``tokens``: a set collecting the vocabulary's strings."""
+    what = f"the value of {shown(key)}"
+    if vtype in _SCALARS:
+        value = cur.unpack(_SCALARS[vtype], what)
+        return bool(value) if vtype == 7 else value
+    if vtype == T_STRING:
+        return cur.text(what)
+    if vtype != T_ARRAY:
+        raise _Bad(f"{shown(key)} has value type {vtype}, which GGUF does not define")
+    etype = cur.unpack("<I", what)
+    n = cur.unpack("<Q", f"the length of {shown(key)}")
+    if etype == T_ARRAY:
+        raise _Bad(f"{shown(key)} is an array of arrays (GGUF allows none; nothing in a model is nested)")
+    if etype not in _MIN_ELEMENT:
+        raise _Bad(f"{shown(key)} is an array of value type {etype}, which GGUF does not define")
+    if n * _MIN_ELEMENT[etype] > cur.left:
+        raise _Bad(f"{shown(key)} claims {n:,} elements, more than the {cur.left:,} bytes left in the file "
+                   "could hold", truncated=n < 1 << 40)
+    if etype in _SCALARS:
+        if n > KEEP_NUMBERS:
+            cur.skip(n * _MIN_ELEMENT[etype], what)
+            return ArrayLength(n)
+        return [_value(cur, etype, key, None) for _ in range(n)]
+    if tokens is not None:
+        for i in range(n):
+            # llama.cpp names an empty token after its index (llama-vocab.cpp), then
+            # asserts that no two tokens share a text.
+            text = cur.string(what) or f"[EMPTY_{i}]".encode()
+            if text in tokens:
+                raise _Bad(f"token {i} of {shown(key)} repeats an earlier token's text "
+                           f"{shown(text.decode('utf-8', 'replace'))!r} (llama.cpp aborts on that)")
+            tokens.add(text)
+        return ArrayLength(n)
+    if n > KEEP_STRINGS:
+        for _ in range(n):
+            cur.skip(cur.length(what), what)
+        return ArrayLength(n)
+    return [cur.text(what) for _ in range(n)]
+
+
+def open_regular(path):
+    """``path`` opened for binary reading, only if it is a regular file (see
+    :func:`geniex.files.open_regular`: a FIFO or device is refused before it can block)."""
     try:
-        with f:
-            cur = _Cursor(f, path)
-            if f.read(4) != MAGIC:
-                raise ModelLoadError(f"{path} is not a GGUF model file (bad magic bytes)")
-            version = cur.unpack("<I")
-            if version not in (2, 3):
-                raise ModelLoadError(f"{path}: unsupported GGUF version {version}")
-            n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
-            if n_tensors > 1 << 20 or n_kv > 1 << 20:
-                raise ModelLoadError(f"{path}: corrupt GGUF header")
-            meta = {}
-            for _ in range(n_kv):
-                key = cur.string()
-                meta[key] = cur.value(cur.unpack("<I"))
-            tensors = {}
-            for _ in range(n_tensors):
-                name = cur.string()
-                n_dims = cur.unpack("<I")
-                if n_dims > 8:
-                    raise ModelLoadError(f"{path}: corrupt GGUF tensor table")
-                shape = tuple(cur.unpack("<Q") for _ in range(n_dims))
-                ttype, offset = cur.unpack("<I"), cur.unpack("<Q")
-                tensors[name] = TensorInfo(name, shape, ttype, offset, _nbytes(path, shape, ttype))
-            align = int(meta.get("general.alignment", 32))
-            pos = f.tell()
-            data_offset = (pos + align - 1) // align * align
+        return files.open_regular(path)
+    except FileNotFoundError:
+        raise ModelLoadError(f"no such model file: {path}") from None
+    except files.NotRegular as e:
+        if e.kind == "a folder":
+            raise ModelLoadError(f"{path} is a folder, not a model file") from None
+        raise ModelLoadError(f"{path} is not a regular file (a pipe, socket or device); refusing to read it") from None
     except OSError as e:
         raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
-    end = max((data_offset + t.offset + t.nbytes for t in tensors.values()), default=data_offset)
-    # A split GGUF's first shard holds metadata only for its own tensors; the check holds per shard.
-    if end > size:
-        raise ModelLoadError(f"{path} is truncated: its tensors need {end} bytes but the file has "
-                             f"{size}; re-download it")
+
+
+def read_header(path, check_model=True):
+    """Parse ``path``'s GGUF header and check it as llama.cpp b11549 would need it.
+
+    The container is always checked (counts, lengths, types, tensor offsets, sizes and
+    alignment, all inside the file). With ``check_model`` the file must also be a model
+    the library can load without aborting: the architecture's hyperparameters, the
+    vocabulary and the types of the tensors element-wise operations read; for a split
+    model, every shard is read too. Raises ModelLoadError with one line naming the file
+    and the first problem.
+    """
+    path = Path(path)
+    header = _read_one(path)
+    if check_model:
+        try:
+            _check_model(header)
+        except _Bad as e:
+            raise ModelLoadError(f"{path} is not a usable model: {e}") from None
+        for shard in _other_shards(header):
+            if not shard.exists():
+                raise ModelLoadError(f"{path} is the first of a split model, but its shard {shard.name} is "
+                                     "missing next to it")
+            try:
+                _check_tensor_types(_read_one(shard).tensors.values())
+            except _Bad as e:
+                raise ModelLoadError(f"{shard} is not a usable model shard: {e}") from None
+    return header
+
+
+def _read_one(path):
+    f = open_regular(path)
+    try:
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            return _parse(f, size, path)
+    except _Bad as e:
+        if e.truncated:
+            raise ModelLoadError(f"{path} is truncated or corrupt: {e}; re-download it") from None
+        raise ModelLoadError(f"{path} is not a valid GGUF file: {e}") from None
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _parse(f, size, path):
+    """The container checks of ggml/src/gguf.cpp (gguf_init_from_file_impl), plus the
+    ones llama.cpp's loader and ggml's CPU buffers rely on afterwards."""
+    cur = _Cursor(f, size)
+    if size < 4 or cur.take(4, "the magic bytes") != MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF model file (bad magic bytes)")
+    version = cur.unpack("<I", "the version")
+    if version not in (2, 3):
+        raise _Bad(f"GGUF version {version} (llama.cpp reads versions 2 and 3)")
+    n_tensors, n_kv = cur.unpack("<q", "the tensor count"), cur.unpack("<q", "the key count")
+    if n_tensors < 0 or n_tensors * _MIN_TENSOR > cur.left:
+        raise _Bad(f"the header claims {n_tensors:,} tensors, more than the file could describe",
+                   truncated=0 <= n_tensors < 1 << 40)
+    if n_kv < 0 or n_kv * _MIN_KV > cur.left:
+        raise _Bad(f"the header claims {n_kv:,} metadata entries, more than the file could hold",
+                   truncated=0 <= n_kv < 1 << 40)
+    meta, types = {}, {}
+    for i in range(n_kv):
+        key = cur.text(f"metadata key {i}")
+        if not key:
+            raise _Bad(f"metadata key {i} is empty")
+        if key in meta:
+            raise _Bad(f"metadata key {shown(key)} appears twice")
+        vtype = cur.unpack("<I", f"the type of {shown(key)}")
+        tokens = set() if key == "tokenizer.ggml.tokens" else None
+        meta[key] = _value(cur, vtype, key, tokens)
+        types[key] = vtype
+    align = meta.get("general.alignment", DEFAULT_ALIGNMENT)
+    if "general.alignment" in meta and types["general.alignment"] != 4:
+        raise _Bad(f"general.alignment is a {_TYPE_NAMES.get(types['general.alignment'])}, not a u32")
+    if align <= 0 or align & (align - 1):
+        raise _Bad(f"general.alignment {align} is not a power of two")
+    tensors = {}
+    for i in range(n_tensors):
+        info = _tensor_info(cur, i)
+        if info.name in tensors:
+            raise _Bad(f"tensor {shown(info.name)!r} appears twice in the tensor table")
+        tensors[info.name] = info
+    data_offset = (cur.pos + align - 1) // align * align
+    if n_tensors and data_offset > size:
+        raise _Bad("the data section would start past the end of the file", truncated=True)
+    expected = 0
+    for t in tensors.values():
+        # gguf.cpp: tensors are stored in table order, each padded to the alignment.
+        if t.offset != expected:
+            raise _Bad(f"tensor {shown(t.name)!r} has data offset {t.offset:,}; the tensors before it "
+                       f"end at {expected:,}")
+        expected += (t.nbytes + align - 1) // align * align
+        start = data_offset + t.offset
+        if start % TENSOR_ALIGNMENT:
+            raise _Bad(f"tensor {shown(t.name)!r} starts at file offset {start:,}, not on a "
+                       f"{TENSOR_ALIGNMENT}-byte boundary (general.alignment {align})")
+        if start + t.nbytes > size:
+            raise _Bad(f"its tensors need {start + t.nbytes:,} bytes but the file has {size:,}",
+                       truncated=True)
     return GGUFHeader(path, version, meta, tensors, data_offset)
 
 
-def _nbytes(path, shape, ttype):
-    try:
-        block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
-    except (ValueError, KeyError):
-        raise ModelLoadError(f"{path}: unknown tensor type {ttype} (a newer GGUF than this library?)") from None
-    n = 1
+def _tensor_info(cur, i):
+    name = cur.text(f"the name of tensor {i}")
+    if not name:
+        raise _Bad(f"tensor {i} has an empty name")
+    if len(name.encode()) >= GGML_MAX_NAME:
+        raise _Bad(f"tensor {i}'s name {shown(name)!r} is {len(name.encode())} bytes (ggml allows "
+                   f"{GGML_MAX_NAME - 1})")
+    label = repr(shown(name))
+    n_dims = cur.unpack("<I", f"the shape of {label}")
+    if n_dims > GGML_MAX_DIMS:
+        raise _Bad(f"tensor {label} has {n_dims} dimensions (ggml allows {GGML_MAX_DIMS})")
+    shape = tuple(cur.unpack("<q", f"the shape of {label}") for _ in range(n_dims))
+    if any(d < 0 for d in shape):
+        raise _Bad(f"tensor {label} has a negative dimension {shape}")
+    count = 1
     for d in shape:
-        n *= d
-    return n // block * type_size
+        count *= d
+    if count > _INT64_MAX:
+        raise _Bad(f"tensor {label} has {count:,} elements, more than ggml can count")
+    ttype = cur.unpack("<i", f"the type of {label}")
+    offset = cur.unpack("<Q", f"the offset of {label}")
+    known = GGML_TYPES.get(ttype)
+    if known is None:
+        raise _Bad(f"tensor {label} has type {ttype}, which this llama.cpp (b11549) does not know "
+                   "(a newer GGUF, or a corrupt one)")
+    tname, block, type_size = known
+    if shape and shape[0] % block:
+        raise _Bad(f"tensor {label} is {tname} with rows of {shape[0]} elements, not a multiple of "
+                   f"its block of {block}")
+    return TensorInfo(name, shape, ttype, offset, count // block * type_size)
+
+
+def _int(meta, key, what=None, required=False):
+    """An integer metadata value (None when absent and not ``required``)."""
+    value = meta.get(key)
+    if value is None:
+        if required:
+            raise _Bad(f"{what or key} ({key}) is missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or isinstance(value, ArrayLength):
+        raise _Bad(f"{key} is {_kind(value)}, not a whole number")
+    return value
+
+
+def _per_layer(meta, key, n_layer):
+    """A value llama.cpp reads with get_key_or_arr: one number for every layer, or an
+    array with one per layer. None when absent."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, list):
+        if len(value) != n_layer:
+            raise _Bad(f"{key} has {len(value)} entries for {n_layer} layers")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+            raise _Bad(f"{key} holds something other than whole numbers >= 0")
+        return list(value)
+    if isinstance(value, ArrayLength):
+        raise _Bad(f"{key} has {int(value):,} entries for {n_layer} layers")
+    number = _int(meta, key)
+    if number < 0:
+        raise _Bad(f"{key} is {number}")
+    return [number] * n_layer
+
+
+def _kind(value):
+    if isinstance(value, (list, ArrayLength)):
+        return "an array"
+    return {str: "text", float: "a fraction", bool: "a true/false value"}.get(type(value), "not a number")
+
+
+def _check_model(header):
+    """What llama.cpp's model loader asserts (aborts on) rather than reports, and the
+    values geniex itself computes with, for the header's architecture."""
+    meta, arch = header.metadata, header.metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise _Bad("general.architecture is missing" if arch is None else "general.architecture is not text")
+    split_no = _int(meta, "split.no")
+    if split_no:
+        raise _Bad(f"it is shard {split_no + 1} of a split model; load the first shard (-00001-of-)")
+    _check_tensor_types(header.tensors.values())
+    _check_vocabulary(meta)
+    if arch in NO_HPARAMS:
+        return
+    k = f"{arch}."
+    n_layer = _int(meta, k + "block_count", "the number of layers", required=True)
+    if not 1 <= n_layer <= MAX_LAYERS:
+        raise _Bad(f"{k}block_count is {n_layer} (llama.cpp needs 1 to {MAX_LAYERS} layers)")
+    n_ctx = _int(meta, k + "context_length", "the trained context length", required=True)
+    if not 1 <= n_ctx < 1 << 31:
+        raise _Bad(f"{k}context_length is {n_ctx} (a positive number of tokens is needed)")
+    n_embd = _int(meta, k + "embedding_length", "the embedding width", required=True)
+    if not 1 <= n_embd < 1 << 31:
+        raise _Bad(f"{k}embedding_length is {n_embd}")
+    nextn = _int(meta, k + "nextn_predict_layers") or 0
+    if not 0 <= nextn <= n_layer:
+        raise _Bad(f"{k}nextn_predict_layers is {nextn}, more than the {n_layer} layers")
+    _check_experts(meta, k, n_layer)
+    _per_layer(meta, k + "feed_forward_length", n_layer)
+    heads = _per_layer(meta, k + "attention.head_count", n_layer) or [0] * n_layer
+    kv_heads = _per_layer(meta, k + "attention.head_count_kv", n_layer) or heads
+    for il, (h, hkv) in enumerate(zip(heads, kv_heads)):
+        if h and (hkv < 1 or h % hkv):
+            raise _Bad(f"layer {il} has {h} attention heads and {hkv} KV heads; the KV heads must "
+                       "divide the heads")
+    key_length = _int(meta, k + "attention.key_length")
+    value_length = _int(meta, k + "attention.value_length")
+    rope_dims = _int(meta, k + "rope.dimension_count")
+    if heads[0]:
+        for name, given in (("key_length", key_length), ("value_length", value_length)):
+            if given is None and n_embd % heads[0]:
+                raise _Bad(f"{k}embedding_length {n_embd} is not a multiple of the {heads[0]} attention "
+                           f"heads (and no {k}attention.{name} says the head width)")
+            if given is not None and given < 1:
+                raise _Bad(f"{k}attention.{name} is {given}")
+        head_k = key_length if key_length is not None else n_embd // heads[0]
+        if rope_dims is not None and not 0 <= rope_dims <= head_k:
+            raise _Bad(f"{k}rope.dimension_count {rope_dims} is wider than an attention head ({head_k})")
+    scaling = meta.get(k + "rope.scaling.type")
+    if scaling is not None and scaling not in ROPE_SCALING_TYPES:
+        raise _Bad(f"{k}rope.scaling.type {shown(scaling)!r} is none of {', '.join(ROPE_SCALING_TYPES)}")
+    activation = meta.get(k + "classifier.activation")
+    if activation is not None and activation not in CLASSIFIER_ACTIVATIONS:
+        raise _Bad(f"{k}classifier.activation {shown(activation)!r} is none of "
+                   f"{', '.join(CLASSIFIER_ACTIVATIONS)}")
+
+
+def _check_experts(meta, k, n_layer):
+    """load_hparams' GGML_ASSERTs on the mixture-of-experts counts."""
+    n_expert = _int(meta, k + "expert_count") or 0
+    used = max(_per_layer(meta, k + "expert_used_count", n_layer) or [0])
+    groups = _int(meta, k + "expert_group_count") or 0
+    group_used = _int(meta, k + "expert_group_used_count") or 0
+    if not 0 <= n_expert <= MAX_EXPERTS:
+        raise _Bad(f"{k}expert_count is {n_expert} (llama.cpp allows up to {MAX_EXPERTS})")
+    if n_expert == 0:
+        if used or groups:
+            raise _Bad(f"{k}expert_used_count or expert_group_count is set on a model without experts")
+        return
+    if not 0 < used <= n_expert:
+        raise _Bad(f"{k}expert_used_count {used} must be 1 to the {n_expert} experts")
+    if not 0 <= groups < n_expert:
+        raise _Bad(f"{k}expert_group_count {groups} must be fewer than the {n_expert} experts")
+    if groups > 1 and (n_expert % groups or not 0 < group_used < groups):
+        raise _Bad(f"{k}expert_group_count {groups} does not divide the {n_expert} experts, or "
+                   f"expert_group_used_count {group_used} is not between 1 and it")
+
+
+def _check_tensor_types(tensors):
+    """Types the library's kernels take for what each tensor is used as: element-wise
+    operands (1-D tensors: norm weights, biases, scales; and every ``*_norm.weight``)
+    must be F32, as llama.cpp's converter always writes them, since ggml's CPU binary
+    kernels abort on an F32 activation with another type; weight matrices must be a type
+    llama.cpp stores weights in."""
+    for t in tensors:
+        name, tname = repr(shown(t.name)), GGML_TYPES[t.type][0]
+        if (len(t.shape) <= 1 or t.name.endswith("_norm.weight")) and t.type != F32:
+            raise _Bad(f"tensor {name} (a norm, bias or scale) is {tname}; llama.cpp needs F32 there")
+        if t.type in NOT_WEIGHTS:
+            raise _Bad(f"tensor {name} is {tname}, a type no model weight is stored in")
+
+
+# Special tokens llama.cpp asserts on or emits when out of range (BOS/EOS/SEP added to
+# prompts, UNK for what the vocabulary cannot spell). Others out of range (padding, mask,
+# end-of-turn, FIM) it just disables, so a file with one still loads.
+CHECKED_TOKEN_IDS = ("bos", "eos", "unknown", "seperator")   # (sic: llama.cpp's key)
+
+
+def _check_vocabulary(meta):
+    """The vocabulary must exist as text and its special token ids that llama.cpp relies
+    on must name tokens: an id out of range becomes 'no token', and tokenizing then
+    aborts where the model wants BOS/EOS added."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        return
+    if not isinstance(tokens, (list, ArrayLength)) or (
+            isinstance(tokens, list) and not all(isinstance(t, str) for t in tokens)):
+        raise _Bad("tokenizer.ggml.tokens is not an array of text")
+    n_vocab = len(tokens) if isinstance(tokens, list) else int(tokens)
+    if n_vocab < 1:
+        raise _Bad("tokenizer.ggml.tokens is empty")
+    for name in CHECKED_TOKEN_IDS:
+        key = f"tokenizer.ggml.{name}_token_id"
+        value = _int(meta, key)
+        if value is not None and not 0 <= value < n_vocab:
+            raise _Bad(f"{key} is {value}, but the vocabulary has {n_vocab:,} tokens")
+
+
+def _other_shards(header):
+    """The other files of a split model (``NAME-00001-of-00003.gguf``: llama.cpp opens
+    ``NAME-0000i-of-00003.gguf`` for each i), so they are checked before it does."""
+    count = _int(header.metadata, "split.count") or 0
+    if count <= 1:
+        return []
+    name = header.path.name
+    suffix = f"-00001-of-{count:05d}.gguf"
+    if not name.endswith(suffix):
+        raise ModelLoadError(f"{header.path} is the first of {count} shards but is not named *{suffix}")
+    stem = name[:-len(suffix)]
+    return [header.path.with_name(f"{stem}-{i:05d}-of-{count:05d}.gguf") for i in range(2, count + 1)]

@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from geniex.errors import LibraryError
+from geniex.errors import LibraryError, shown
 from geniex.llama import api
 
 EXPECTED_BUILD = 11549
@@ -324,10 +324,13 @@ def native_stderr():
 
 
 def last_problem(default="see --log info for llama.cpp's messages"):
-    """The most recent warning/error line llama.cpp logged (cleared on read)."""
-    msg = recent_problems[-1] if recent_problems else default
+    """The most recent warning/error line llama.cpp logged (cleared on read), passing
+    over its closing "failed to load model" for the line that says why; escaped, since
+    it may quote names from the model file."""
+    lines = [line for line in recent_problems if line]
+    specific = [line for line in lines if not line.endswith("failed to load model")]
     recent_problems.clear()
-    return msg
+    return shown((specific or lines or [default])[-1], limit=300)
 
 
 def load():

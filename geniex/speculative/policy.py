@@ -35,10 +35,13 @@ drafter, whose tokens each cost a decode, offers one token past the policy's len
 every :data:`EXPLORE` steps). ``--draft-policy fixed`` drafts as long as the drafter offers (the caps ``--draft-tokens`` /
 ``--ngram-max``), for fixed-length comparisons. The output is the same either way.
 """
+import contextlib
 import json
+import os
 import time
 from bisect import bisect_right
 
+from geniex import files
 from geniex.speculative.options import NGRAM_METHODS
 
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
@@ -51,6 +54,7 @@ ROWS = (1, 2, 4, 8, 16)
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
 KEEP = 64             # calibration entries kept on disk
+MAX_CACHE_FILE = 4 << 20   # bytes of calibration.json read (64 entries take a few kB)
 # A drafter's own probability for each draft token, in buckets: each bucket learns how
 # often such tokens are accepted, starting from the bucket's middle probability
 # (PROB_WEIGHT pseudo-counts), i.e. from trusting the drafter. Fine near 1, where
@@ -242,8 +246,10 @@ class CalibrationCache:
         self.path = path
 
     def _load(self):
+        # Anything but a small regular file (a FIFO would block the load, a symlink leads
+        # out of the data dir) is no cache: the model is calibrated again.
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(files.read_bounded(self.path, MAX_CACHE_FILE))
             return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
@@ -262,10 +268,14 @@ class CalibrationCache:
         data.pop(key, None)
         data[key] = {"costs": {str(r): c for r, c in value[0].items()}, "one_row": value[1]}
         data = dict(list(data.items())[-KEEP:])
+        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data), encoding="utf-8")
-            tmp.replace(self.path)
+            tmp.unlink(missing_ok=True)       # never written through whatever was there
+            with files.open_for_writing(tmp, exclusive=True) as f:
+                f.write(json.dumps(data).encode("utf-8"))
+            os.replace(tmp, self.path)
         except OSError:
-            pass        # a read-only data dir costs a calibration per load, nothing else
+            # a read-only data dir costs a calibration per load, nothing else
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)

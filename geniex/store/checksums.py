@@ -6,6 +6,8 @@ followed by the content.
 """
 import hashlib
 
+from geniex import files
+
 READ_CHUNK = 1 << 20
 
 
@@ -31,8 +33,9 @@ class Digest:
         self._hasher.update(data)
 
     def update_from_file(self, path, limit=None):
-        """Feed the first ``limit`` bytes (all if None) of ``path``."""
-        with open(path, "rb") as f:
+        """Feed the first ``limit`` bytes (all if None) of ``path`` (a store file: a
+        regular file, never through a symlink)."""
+        with files.open_regular(path, follow_symlinks=False) as f:
             remaining = limit
             while remaining is None or remaining > 0:
                 block = f.read(READ_CHUNK if remaining is None else min(READ_CHUNK, remaining))
@@ -50,10 +53,11 @@ class Digest:
         return self.actual == self.expected
 
 
-def sha256_of(path, progress=None):
-    """sha256 of a whole file; ``progress(n)`` is called with each block's size."""
+def sha256_of(path, progress=None, follow_symlinks=False):
+    """sha256 of a whole regular file; ``progress(n)`` is called with each block's size.
+    Store files are never read through a symlink; a user's own file may be one."""
     hasher = hashlib.sha256()
-    with open(path, "rb") as f:
+    with files.open_regular(path, follow_symlinks=follow_symlinks) as f:
         while block := f.read(READ_CHUNK):
             hasher.update(block)
             if progress:
@@ -63,13 +67,15 @@ def sha256_of(path, progress=None):
 
 def file_matches(path, remote):
     """True if the file at ``path`` is exactly ``remote`` (size, then checksum)."""
+    if not files.is_regular(path):
+        return False
     try:
         if path.stat().st_size != remote.size:
             return False
+        digest = Digest.for_remote(remote)
+        if digest is None:
+            return True
+        digest.update_from_file(path)
     except OSError:
         return False
-    digest = Digest.for_remote(remote)
-    if digest is None:
-        return True
-    digest.update_from_file(path)
     return digest.ok()

@@ -15,24 +15,26 @@ A file that fails the check is deleted, never moved into place.
 import errno
 import os
 import re
+import shutil
+import stat
 import sys
 import time
 
 import requests
 from tqdm import tqdm
 
+from geniex import files
+from geniex.errors import shown
 from geniex.store.checksums import Digest, file_matches
 from geniex.store.errors import DownloadError, HubUnreachable
 from geniex.store.locking import discard, file_lock
 from geniex.store.display import human_size, is_terminal
+from geniex.store.manifest import LOCK_SUFFIX, PARTIAL_SUFFIX
 
 # Bytes per read. A cut connection loses the block being read, so keep it modest.
 CHUNK = 1 << 16
 RETRIES = 5
 RETRY_PAUSE = 0.5  # seconds, times the attempt number
-
-PARTIAL_SUFFIX = ".partial"
-LOCK_SUFFIX = ".lock"
 
 
 def partial_path(dest):
@@ -51,7 +53,7 @@ def fetch(hub, repo_id, remote, dest, out=sys.stderr, retries=RETRIES):
     leaves the partial file for the next pull to resume.
     """
     lock = lock_path(dest)
-    waiting = lambda: print(f"another pull is downloading {remote.path}; waiting for it...", file=out, flush=True)  # noqa: E731
+    waiting = lambda: print(f"another pull is downloading {shown(remote.path)}; waiting for it...", file=out, flush=True)  # noqa: E731
     with file_lock(lock, on_wait=waiting):
         if dest.exists() and file_matches(dest, remote):
             discard(lock)
@@ -92,13 +94,16 @@ class _State:
 def _download(hub, repo_id, remote, partial, out, retries):
     """Fill ``partial`` with the verified bytes of ``remote``."""
     state = _State(remote, partial)
+    _check_room(partial, remote.size - state.have, remote)
     show_bar = is_terminal(out)
     if not show_bar:
         resumed = f", resuming at {human_size(state.have)}" if state.have else ""
-        print(f"downloading {remote.path} ({human_size(remote.size)}{resumed})", file=out, flush=True)
+        print(f"downloading {shown(remote.path)} ({human_size(remote.size)}{resumed})", file=out, flush=True)
     bar = tqdm(total=remote.size, initial=state.have, unit="B", unit_scale=True,
                desc=_short(remote.path), file=out, disable=not show_bar, leave=True, dynamic_ncols=True)
     try:
+        if remote.size == 0:
+            files.open_for_writing(partial).close()     # an empty file is whole at once
         attempt = 0
         while state.have < remote.size:
             try:
@@ -106,12 +111,12 @@ def _download(hub, repo_id, remote, partial, out, retries):
             except (requests.RequestException, HubUnreachable) as e:
                 attempt += 1
                 if attempt > retries:
-                    raise DownloadError(f"downloading {remote.path} kept failing ({_brief(e)}); "
+                    raise DownloadError(f"downloading {shown(remote.path)} kept failing ({_brief(e)}); "
                                         f"run the same pull again to resume from {human_size(state.have)}") from None
                 if not state.in_sync():
                     state.restart_from(_resume_point(partial, remote))
                 where = f"resuming at {human_size(state.have)}" if state.have else "starting over"
-                bar.write(f"{remote.path}: {_brief(e)}; {where}", file=out)
+                bar.write(f"{shown(remote.path)}: {_brief(e)}; {where}", file=out)
                 time.sleep(RETRY_PAUSE * attempt)
     finally:
         bar.close()
@@ -119,15 +124,28 @@ def _download(hub, repo_id, remote, partial, out, retries):
 
 
 def _resume_point(partial, remote):
-    """Bytes already in ``partial`` worth keeping (none if it is longer than the file)."""
+    """Bytes already in ``partial`` worth keeping (none if it is longer than the file, or
+    not a regular file of ours: a symlink or FIFO planted there is removed, never
+    written through)."""
     try:
-        have = partial.stat().st_size
+        st = os.lstat(partial)
     except FileNotFoundError:
         return 0
-    if have > remote.size:
+    if not stat.S_ISREG(st.st_mode) or st.st_size > remote.size:
         partial.unlink()
         return 0
-    return have
+    return st.st_size
+
+
+def _check_room(partial, needed, remote):
+    """Refuse at once a download the disk cannot hold (a listing may claim any size)."""
+    try:
+        free = shutil.disk_usage(partial.parent).free
+    except OSError:
+        return
+    if needed > free:
+        raise DownloadError(f"{shown(remote.path)} needs {human_size(needed)} more but {partial.parent} has "
+                            f"{human_size(free)} free; free some space, or check the Hub's listing")
 
 
 def _transfer(hub, repo_id, state, bar):
@@ -143,7 +161,7 @@ def _transfer(hub, repo_id, state, bar):
             if response.status_code != 200:
                 return
         try:
-            with open(partial, "ab" if state.have else "wb") as f:
+            with files.open_for_writing(partial, append=bool(state.have)) as f:
                 for block in response.iter_content(CHUNK):
                     f.write(block)
                     state.have += len(block)
@@ -173,11 +191,11 @@ def _verify(partial, remote, digest):
     size = partial.stat().st_size
     if size != remote.size:
         partial.unlink(missing_ok=True)
-        raise DownloadError(f"{remote.path} came out as {size} bytes but the Hub lists {remote.size}; "
+        raise DownloadError(f"{shown(remote.path)} came out as {size} bytes but the Hub lists {remote.size}; "
                             "discarded the download, pull again")
     if digest and not digest.ok():
         partial.unlink(missing_ok=True)
-        raise DownloadError(f"{remote.path} failed its {digest.kind} check (got {digest.actual[:12]}…, "
+        raise DownloadError(f"{shown(remote.path)} failed its {digest.kind} check (got {digest.actual[:12]}…, "
                             f"expected {digest.expected[:12]}…); discarded the download. Pull again; if it "
                             "fails again the Hub's copy changed or is damaged")
 
@@ -199,6 +217,6 @@ def _brief(error):
 
 
 def _short(path):
-    name = path.rsplit("/", 1)[-1]
+    name = shown(path.rsplit("/", 1)[-1], limit=1000)
     return name if len(name) <= 40 else name[:18] + "…" + name[-21:]
 

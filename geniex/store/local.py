@@ -12,7 +12,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from geniex.errors import ModelNotFound
+from geniex import files
+from geniex.errors import ModelLoadError, ModelNotFound
+from geniex.llama.gguf_file import read_header
 from geniex.store import classify
 from geniex.store.checksums import sha256_of
 from geniex.store.display import human_size, is_terminal
@@ -26,6 +28,7 @@ from geniex.store.picker import choose_precision
 # Link failures that mean "this filesystem cannot hard-link here": copy instead.
 # (EINVAL: Windows reports a filesystem without hard links, such as FAT, that way.)
 _NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES, errno.EINVAL}
+MAX_CONFIG = 1 << 20
 
 
 def register_local(folder, name, source, model_type=None, out=None, interactive=None):
@@ -47,6 +50,10 @@ def register_local(folder, name, source, model_type=None, out=None, interactive=
     if precision not in layout.groups:
         raise ModelNotFound(f"{source} has no precision {precision}; it has: {', '.join(precisions)}")
     group = layout.groups[precision]
+    for path in group.all_files:
+        # Checked as a load would check it (bounded, before any library sees it): a file
+        # llama.cpp could not load is refused now rather than stored.
+        read_header(root / path)
     config = _read_json(root / "config.json") if source.is_dir() else None
     mtype = classify.model_type(model_type, config, layout.has_mmproj)
 
@@ -94,7 +101,7 @@ def _already_held(folder, root, group, precision):
                 return False
             if os.path.samefile(src, dest):
                 continue
-            if src.stat().st_size != record["size"] or sha256_of(src) != record["sha256"]:
+            if src.stat().st_size != record["size"] or sha256_of(src, follow_symlinks=True) != record["sha256"]:
                 return False
         except OSError:
             return False
@@ -102,14 +109,18 @@ def _already_held(folder, root, group, precision):
 
 
 def header_precision(path):
-    """The precision a GGUF's header declares (``general.file_type``), or None."""
+    """The precision a GGUF's header declares (``general.file_type``), or None. Read
+    with our bounded reader: gguf-py's reads whatever lengths a file claims."""
     try:
-        import gguf
-        field = gguf.GGUFReader(path).get_field("general.file_type")
-        if field is None:
-            return None
-        return gguf.LlamaFileType(int(field.contents())).name.replace("MOSTLY_", "").replace("ALL_", "")
-    except Exception:  # any unreadable header just means "unknown"; the file name may say
+        file_type = read_header(path, check_model=False).metadata.get("general.file_type")
+    except ModelLoadError:
+        return None          # unreadable just means "unknown" here; the file name may say
+    if isinstance(file_type, bool) or not isinstance(file_type, int):
+        return None
+    from gguf import LlamaFileType
+    try:
+        return LlamaFileType(file_type).name.replace("MOSTLY_", "").replace("ALL_", "")
+    except ValueError:
         return None
 
 
@@ -156,7 +167,7 @@ def _copy(src, tmp, out):
     with tqdm(total=size, unit="B", unit_scale=True, desc=f"copy {src.name}",
               file=out, disable=not is_terminal(out)) as bar:
         try:
-            with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            with files.open_regular(src) as fin, files.open_for_writing(tmp, exclusive=True) as fout:
                 while block := fin.read(1 << 20):
                     fout.write(block)
                     bar.update(len(block))
@@ -177,7 +188,8 @@ def _hash(path, out):
 
 
 def _read_json(path):
+    # A config.json of the user's folder: at most MAX_CONFIG bytes, never a FIFO.
     try:
-        return json.loads(path.read_text())
+        return json.loads(files.read_bounded(path, MAX_CONFIG, follow_symlinks=True))
     except (OSError, ValueError):
         return None

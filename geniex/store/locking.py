@@ -13,8 +13,12 @@ another process holds open, so there the question does not arise; :func:`discard
 removes a lock file when nobody holds it and leaves it in place otherwise.
 """
 import os
+import sqlite3
+import stat
 import warnings
 from contextlib import contextmanager
+
+from geniex.store.errors import StoreError
 
 with warnings.catch_warnings():
     # Where fcntl is missing but the platform is not Windows, filelock warns that only
@@ -39,6 +43,7 @@ def file_lock(path, shared=False, blocking=True, on_wait=None):
     waited = False
     while True:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _clear_the_way(path)
         before = _identity(path)
         lock = filelock.ReadWriteLock(path, is_singleton=False)
         acquire = lock.acquire_read if shared else lock.acquire_write
@@ -57,6 +62,15 @@ def file_lock(path, shared=False, blocking=True, on_wait=None):
             if _identity(path) == before:
                 raise
             continue  # filelock saw the file deleted or replaced while it waited: start over
+        except sqlite3.DatabaseError:
+            # Not a lock file of ours (overwritten, damaged): nobody can hold a lock on
+            # it, so it goes, and a fresh one is made.
+            lock.close()
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as e:
+                raise StoreError(f"{path} is not a lock file and cannot be removed: {e.strerror or e}") from None
+            continue
         except BaseException:
             lock.close()
             raise
@@ -84,9 +98,23 @@ def discard(path):
         pass
 
 
+def _clear_the_way(path):
+    """A lock file is ours: anything else at its path (a symlink, which SQLite would
+    write through; a FIFO, which would block it) is removed first."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise StoreError(f"{path} is a folder where the store keeps a lock file; remove it")
+    path.unlink(missing_ok=True)
+
+
 def _identity(path):
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino)

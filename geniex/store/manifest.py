@@ -14,13 +14,16 @@ Shape (``format`` 1)::
 """
 import json
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import PurePosixPath
 
-from geniex.store.classify import Group
+from geniex import files
+from geniex.errors import UsageError, shown
+from geniex.store.classify import LLAMA_CPP, MODEL_TYPES, QAIRT, Group
 from geniex.store.errors import StoreError
 from geniex.store.locking import file_lock
-from geniex.store.names import order_precisions
+from geniex.store.names import PRECISION, order_precisions, parse_name
 
 MANIFEST = "geniex.json"
 MANIFEST_LOCK = ".geniex.lock"  # held while the manifest is read, changed and written
@@ -29,6 +32,11 @@ MANIFEST_LOCK = ".geniex.lock"  # held while the manifest is read, changed and w
 PULL_LOCK = ".pull.lock"
 LOCKS = (MANIFEST_LOCK, PULL_LOCK)
 FORMAT = 1
+MAX_MANIFEST = 16 << 20     # bytes; a real one is a few kB
+# Names the store gives its own files next to a model's files (download.py's partial
+# and lock files end in these): no file of a model may be called so.
+PARTIAL_SUFFIX = ".partial"
+LOCK_SUFFIX = ".lock"
 
 
 class Manifest:
@@ -45,16 +53,24 @@ class Manifest:
 
     @classmethod
     def load(cls, folder):
-        """The manifest in ``folder``, None if there is none; StoreError if unreadable."""
+        """The manifest in ``folder``, None if there is none; StoreError if it cannot be
+        read (a FIFO, a symlink, too large, not JSON) or is not a whole manifest."""
         path = folder / MANIFEST
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(files.read_bounded(path, MAX_MANIFEST))
         except FileNotFoundError:
             return None
+        except files.NotRegular as e:
+            raise StoreError(f"{path} is {e.kind}, not a manifest; remove that folder and pull the model "
+                             "again") from None
         except (OSError, ValueError) as e:
-            raise StoreError(f"cannot read {path} ({e}); remove that folder and pull the model again") from None
+            raise StoreError(f"cannot read {path} ({e.strerror if isinstance(e, OSError) and e.strerror else e}); "
+                             "remove that folder and pull the model again") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise StoreError(f"{path} is not a geniex manifest this version understands; remove that folder and pull again")
+        problem = _problem(data)
+        if problem:
+            raise StoreError(f"{path} is damaged ({problem}); remove that folder and pull the model again")
         return cls(folder, data)
 
     def save(self):
@@ -65,9 +81,9 @@ class Manifest:
             return
         tmp = path.with_name(f"{MANIFEST}.tmp-{os.getpid()}")
         try:
-            with open(tmp, "w") as f:
-                json.dump(self.data, f, indent=2, sort_keys=True)
-                f.write("\n")
+            tmp.unlink(missing_ok=True)     # a leftover (or something planted): never written through
+            with files.open_for_writing(tmp, exclusive=True) as f:
+                f.write((json.dumps(self.data, indent=2, sort_keys=True) + "\n").encode())
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -138,11 +154,72 @@ def model_folder(models_dir, org, repo):
 
 
 def inside(folder, relpath):
-    """``folder / relpath``, refusing paths that would leave the folder."""
-    parts = PurePosixPath(relpath).parts
-    if not parts or relpath.startswith("/") or any(p in ("..", "") for p in parts):
-        raise StoreError(f"refusing unsafe file path {relpath!r}")
-    return folder.joinpath(*parts)
+    """``folder / relpath``, refusing paths that would leave the folder: ``..``, absolute
+    paths, and a path through (or to) a symlink already on disk."""
+    parts = PurePosixPath(relpath).parts if isinstance(relpath, str) else ()
+    if not parts or relpath.startswith("/") or "\\" in relpath or any(p in ("..", ".", "") for p in parts):
+        raise StoreError(f"refusing unsafe file path {shown(relpath)!r}")
+    path = folder
+    for i, part in enumerate(parts):
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            break
+        except OSError as e:
+            raise StoreError(f"cannot check {path}: {e.strerror or e}") from None
+        if stat.S_ISLNK(mode):
+            raise StoreError(f"{path} is a symlink; the store follows none (remove it, or `geniex clean`)")
+        if i < len(parts) - 1 and not stat.S_ISDIR(mode):
+            raise StoreError(f"{path} is not a folder; refusing the file path {shown(relpath)!r}")
+    return path
+
+
+def reserved(relpath, others=()):
+    """Why a model file may not be called ``relpath`` (the store's own names: the
+    manifest, its temp files, lock files, partial downloads, another file's ``.lock``),
+    or None. ``others`` are the other files it is stored with."""
+    name = PurePosixPath(relpath).name
+    if name in (MANIFEST, *LOCKS) or name.startswith(f"{MANIFEST}.tmp"):
+        return f"{name} is the name of the store's own {'manifest' if name.startswith(MANIFEST) else 'lock file'}"
+    if name.endswith(PARTIAL_SUFFIX):
+        return f"names ending in {PARTIAL_SUFFIX} are the store's partial downloads"
+    if name.endswith(LOCK_SUFFIX) and relpath[:-len(LOCK_SUFFIX)] in others:
+        return f"{relpath[:-len(LOCK_SUFFIX)]}{LOCK_SUFFIX} is the lock file of {relpath[:-len(LOCK_SUFFIX)]}"
+    return None
+
+
+def _problem(data):
+    """What is wrong with a manifest's shape, or None (a damaged manifest is skipped, not
+    a crash of every listing)."""
+    def is_paths(value):
+        return isinstance(value, list) and all(isinstance(p, str) and p for p in value)
+    try:
+        parse_name(data.get("name"))
+    except (UsageError, TypeError, AttributeError):
+        return "no model name"
+    if data.get("runtime") not in (LLAMA_CPP, QAIRT) or data.get("type") not in MODEL_TYPES:
+        return "no runtime or type"
+    groups, records = data.get("precisions"), data.get("files")
+    if not isinstance(groups, dict) or not isinstance(records, dict):
+        return "no precisions or files"
+    for path, record in records.items():
+        if not isinstance(record, dict) or isinstance(record.get("size"), bool) or \
+                not isinstance(record.get("size"), int) or record["size"] < 0:
+            return f"the record of {shown(path)}"
+    for precision, entry in groups.items():
+        if not PRECISION.match(precision):
+            return f"precision {shown(precision)!r}"
+        if not isinstance(entry, dict) or not is_paths(entry.get("files")) or not entry["files"]:
+            return f"the files of {shown(precision)}"
+        if not (entry.get("mmproj") is None or isinstance(entry["mmproj"], str)) or \
+                not is_paths(entry.get("mtp", [])):
+            return f"the projector or drafts of {shown(precision)}"
+        listed = [*entry["files"], *([entry["mmproj"]] if entry.get("mmproj") else []), *entry.get("mtp", [])]
+        missing = [p for p in listed if p not in records]
+        if missing:
+            return f"{shown(missing[0])} has no record"
+    return None
 
 
 @contextmanager

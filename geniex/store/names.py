@@ -20,7 +20,7 @@ NO_PRECISION = "DEFAULT"
 
 # Hub ids: letters, digits, '.', '_' and '-', starting with a letter or digit.
 _ID_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-_PRECISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+PRECISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")   # how a precision may be spelled
 
 # A quant tag inside a file name. The tag's parts are joined by '_', which is also a
 # common separator, so the parts after the first are limited to the shapes llama.cpp
@@ -72,7 +72,7 @@ def parse_name(text):
     hint = f"model names look like org/repo[:precision], e.g. unsloth/Qwen3-0.6B-GGUF:Q4_K_M (got {raw!r})"
     if len(parts) != 2 or not all(_ID_PART.match(p) for p in parts) or ".." in base:
         raise UsageError(hint)
-    if sep and not _PRECISION.match(precision):
+    if sep and not PRECISION.match(precision):
         raise UsageError(f"bad precision {precision!r}: " + hint)
     return ModelName(parts[0], parts[1], normalize_precision(precision) if sep else None)
 

@@ -8,14 +8,16 @@ other pulls may run alongside (per-file locks keep them apart), but ``remove`` a
 import json
 import logging
 
-from geniex.errors import ModelNotFound
+from geniex.errors import ModelNotFound, shown
 from geniex.store import classify, download
 from geniex.store.errors import HubError
 from geniex.store.locking import file_lock
-from geniex.store.manifest import MANIFEST, PULL_LOCK, Manifest, editing, inside
+from geniex.store.manifest import MANIFEST, PULL_LOCK, Manifest, editing, inside, reserved
 from geniex.store.picker import choose_precision
 
 log = logging.getLogger(__name__)
+
+MAX_CONFIG = 1 << 20    # bytes of config.json read (as listed, and as received after decompression)
 
 
 def pull_from_hub(hub, folder, name, model_type=None, out=None, interactive=None):
@@ -31,6 +33,11 @@ def pull_from_hub(hub, folder, name, model_type=None, out=None, interactive=None
     if precision not in groups:
         raise ModelNotFound(f"{name.repo_id} has no precision {precision}; available: {', '.join(precisions)}")
     group = groups[precision]
+    for path in group.all_files:
+        why = reserved(path, set(group.all_files))
+        if why:
+            raise HubError(f"{name.repo_id} on {hub.endpoint} has a file named {shown(path)!r}, which the store "
+                           f"cannot hold ({why}); refusing to pull it")
     existing = Manifest.load(folder)
     mtype = model_type or (existing.type if existing else
                            classify.model_type(None, _config(hub, name.repo_id, remote), layout.has_mmproj))
@@ -61,10 +68,10 @@ def _held(manifest, folder, remote):
 def _config(hub, repo_id, remote):
     """The repo's ``config.json`` as a dict, if it has a small one (used to spot VLMs)."""
     entry = remote.get("config.json")
-    if entry is None or entry.size > 1 << 20:
+    if entry is None or entry.size > MAX_CONFIG:
         return None
     try:
-        return json.loads(hub.get_bytes(repo_id, "config.json"))
+        return json.loads(hub.get_bytes(repo_id, "config.json", limit=MAX_CONFIG))
     except (HubError, ValueError) as e:
         log.debug("ignoring config.json of %s: %s", repo_id, e)
         return None

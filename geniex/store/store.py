@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from geniex import files
 from geniex.errors import ModelNotFound, UsageError
 from geniex.store import classify, demo, resolved
 from geniex.store.errors import StoreError
@@ -204,8 +205,8 @@ class Store:
         if group is None:
             raise ModelNotFound(f"{manifest.name} has no {precision} in the store (it has "
                                 f"{', '.join(manifest.precisions)}); run `geniex pull {manifest.name}:{precision}` first")
-        files = [inside(folder, f) for f in group.all_files]
-        missing = [f for f in files if not f.is_file()]
+        paths = [inside(folder, f) for f in group.all_files]
+        missing = [f for f in paths if not files.is_regular(f)]
         if missing:
             raise ModelNotFound(f"{missing[0]} is missing from the store; run `geniex pull {manifest.name}:{precision}` to fetch it again")
         gguf = manifest.runtime == classify.LLAMA_CPP
@@ -215,7 +216,7 @@ class Store:
             precision=precision, runtime=manifest.runtime, type=manifest.type,
             mmproj=inside(folder, group.mmproj) if group.mmproj else None,
             is_draft=gguf and classify.is_mtp(group.files[0]),
-            files=files, location=folder,
+            files=paths, location=folder,
         )
 
     def _held(self, name):
@@ -249,8 +250,9 @@ class Store:
             doomed = [folder]  # nothing recorded here: the whole folder is a leftover
         else:
             keep = {MANIFEST, *LOCKS, *manifest.referenced()}
+            # A symlink is never a real folder: it is doomed (unlinked, never followed).
             doomed = [p for p in sorted(folder.rglob("*"))
-                      if not p.is_dir() and p.relative_to(folder).as_posix() not in keep]
+                      if not files.is_real_dir(p) and p.relative_to(folder).as_posix() not in keep]
         if not dry_run:
             for path in doomed:
                 if path == folder:
@@ -277,21 +279,28 @@ class Store:
 
     @staticmethod
     def _subdirs(path):
+        # Real folders only: a symlinked org or model folder leads outside the store.
         try:
-            return sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink())
+            return sorted(p for p in path.iterdir() if files.is_real_dir(p))
         except OSError:
             return []
 
     def _find_folder(self, name):
-        """The folder holding ``name``: exact spelling first, then any case (the Hub ignores case)."""
+        """The folder holding ``name``: exact spelling first, then any case (the Hub
+        ignores case). Only real folders holding a regular manifest count: a symlinked
+        folder or manifest is never followed (``remove`` would delete what it points to)."""
         exact = self.models_dir / name.org / name.repo
-        if (exact / MANIFEST).is_file():
+        if self._holds_model(exact):
             return exact
         wanted = name.repo_id.lower()
         for folder in self._model_folders():
-            if f"{folder.parent.name}/{folder.name}".lower() == wanted and (folder / MANIFEST).is_file():
+            if f"{folder.parent.name}/{folder.name}".lower() == wanted and self._holds_model(folder):
                 return folder
         return None
+
+    def _holds_model(self, folder):
+        return (files.is_real_dir(folder.parent) and files.is_real_dir(folder)
+                and files.is_regular(folder / MANIFEST))
 
     def _existing_folder(self, name):
         folder = self._find_folder(name)
@@ -300,8 +309,16 @@ class Store:
         return folder
 
     def _folder(self, name):
-        """Where ``name`` lives or will live."""
-        return self._find_folder(name) or self.models_dir / name.org / name.repo
+        """Where ``name`` lives or will live (never through a symlink planted in the store)."""
+        found = self._find_folder(name)
+        if found:
+            return found
+        folder = self.models_dir / name.org / name.repo
+        for path in (folder.parent, folder):
+            if os.path.lexists(path) and not files.is_real_dir(path):
+                raise StoreError(f"{path} is in the way (a symlink or a file, not a folder); remove it "
+                                 "and pull again")
+        return folder
 
 
 def _parse(text):

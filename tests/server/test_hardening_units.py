@@ -19,6 +19,7 @@ from geniex.server.cache import TurnLock
 from geniex.server.validation import ApiError, validate
 from geniex.store import Store
 from geniex.store.errors import StoreError
+from geniex.store import manifest as manifest_module
 from geniex.store.manifest import MANIFEST
 from geniex.store.resolved import from_gguf_path
 
@@ -232,20 +233,28 @@ def test_store_only_resolution_never_looks_outside_the_store(tmp_path, demo_mode
 # -- a full disk while the manifest is written --------------------------------------------------
 
 
-def test_a_full_disk_while_writing_the_manifest_is_a_clear_error_and_leaves_no_temp_file(tmp_path, demo_model):
+def test_a_full_disk_while_writing_the_manifest_is_a_clear_error_and_leaves_no_temp_file(tmp_path, demo_model,
+                                                                                        monkeypatch):
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full on this system")
     store = Store(tmp_path / "data")
     folder = store.models_dir / "test" / "full"
     folder.mkdir(parents=True)
-    # The manifest's temp file is a link to /dev/full: every write to it fails with
-    # ENOSPC from the kernel, as on a full disk.
-    tmp = folder / f"{MANIFEST}.tmp-{os.getpid()}"
-    tmp.symlink_to("/dev/full")
+    # The manifest's temp file is written to /dev/full: every write fails with ENOSPC
+    # from the kernel, as on a full disk. (The store never writes through a symlink
+    # planted at the temp file's name, so the device is opened in its place.)
+    real_open = manifest_module.files.open_for_writing
+
+    def full_disk(path, **kwargs):
+        if path.name.startswith(f"{MANIFEST}.tmp-"):
+            real_open(path, **kwargs).close()            # the temp file exists, as on a real disk
+            return open("/dev/full", "wb")
+        return real_open(path, **kwargs)
+    monkeypatch.setattr(manifest_module.files, "open_for_writing", full_disk)
     with pytest.raises(StoreError) as e:
         store.pull("test/full:Q4_1", local_path=demo_model, out=io.StringIO(), interactive=False)
     assert "No space left on device" in str(e.value) and "unchanged" in str(e.value)
-    assert not os.path.lexists(tmp)
+    assert not os.path.lexists(folder / f"{MANIFEST}.tmp-{os.getpid()}")
     assert not (folder / MANIFEST).exists()
     assert [m["name"] for m in store.list_models()] == ["demo/SmolLM2-135M-Instruct"]
 

@@ -116,6 +116,24 @@ def test_ctrl_c_then_pull_again_resumes_with_range(env, hub):
     assert (partial(env).parent / "tiny-Q8_0.gguf").read_bytes() == BIG
 
 
+def test_kill_9_mid_download_then_pull_again_resumes_to_the_exact_bytes(env, hub):
+    # (what tools/reliability/pull_faults.py checked in rounds: a pull killed outright
+    # lists nothing half-written, and the next pull resumes with Range.)
+    hub.throttle = 0.02
+    proc = start(env, "pull", f"{REPO}:Q8_0")
+    wait_for(lambda: partial(env).exists() and partial(env).stat().st_size > 20_000)
+    proc.kill()
+    proc.communicate(timeout=20)
+    assert REPO not in listed(env)
+    hub.throttle = 0
+    geniex(env, "pull", f"{REPO}:Q8_0")
+    folder = partial(env).parent
+    assert (folder / "tiny-Q8_0.gguf").read_bytes() == BIG
+    assert not partial(env).exists() and not list(folder.glob("geniex.json.tmp-*"))
+    first, second = hub.cdn_gets(REPO, "tiny-Q8_0.gguf")
+    assert first is None and second.startswith("bytes=")
+
+
 def test_two_pulls_of_one_model_share_one_download(env, hub):
     hub.throttle = 0.01
     first = start(env, "pull", f"{REPO}:Q8_0")

@@ -10,8 +10,12 @@ It serves what ``geniex.store.hub`` uses, shaped like the real Hub:
 
 Faults to inject: ``cut(repo, path, times)`` closes the connection halfway through a
 file, ``wrong_sha(repo, path)`` lists a wrong sha256, ``gate(repo, token)`` answers 401
-without that token, ``throttle`` slows the CDN (seconds per 4 kB block). Every request
-is appended to ``requests`` as ``(path, range header or None)``.
+without that token, ``throttle`` slows the CDN (seconds per 4 kB block). A hostile hub:
+``links[repo]`` is a ``Link: rel="next"`` sent with every listing page, ``raw_listing[repo]``
+the JSON served as the whole listing, ``bombs[(repo, path)]`` (path None: the listing)
+a number of zero bytes served gzip-compressed, ``redirects[(repo, path)]`` a URL the
+file's resolve answers 302 with. Every request is appended to ``requests`` as ``(path,
+range header or None)`` and to ``auth`` as ``(path, Authorization header or None)``.
 
 Usage::
 
@@ -27,6 +31,7 @@ import socket
 import tempfile
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -50,6 +55,7 @@ def make_gguf(name="tiny", precision="Q4_0", floats=8192, seed=0):
         writer = gguf.GGUFWriter(path, "llama")
         writer.add_name(name)
         writer.add_context_length(64)
+        writer.add_embedding_length(64)   # enough of a model to pass geniex's header checks
         writer.add_block_count(1)
         if precision and precision.upper() in _FILE_TYPES:
             writer.add_file_type(_FILE_TYPES[precision.upper()])
@@ -79,7 +85,12 @@ class FakeHub:
         self.bad_sha = set()  # (repo_id, path)
         self.throttle = 0.0
         self.page_size = page_size
+        self.links = {}        # repo_id -> Link URL sent with every listing page
+        self.raw_listing = {}  # repo_id -> JSON served as the whole listing
+        self.bombs = {}        # (repo_id, path or None) -> zero bytes served gzip-compressed
+        self.redirects = {}    # (repo_id, path) -> URL the resolve answers 302 with
         self.requests = []
+        self.auth = []
         self._cdn = {}  # sha256 -> (repo_id, path)
         self._lock = threading.Lock()
         self._server = None
@@ -159,6 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         with self.hub._lock:
             self.hub.requests.append((url.path, self.headers.get("Range")))
+            self.hub.auth.append((url.path, self.headers.get("Authorization")))
         m = re.match(r"^/api/models/([^/]+/[^/]+)/tree/([^/]+)$", url.path)
         if m:
             return self._tree(unquote(m.group(1)), parse_qs(url.query))
@@ -188,6 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _tree(self, repo_id, query):
         if not self._authorized(repo_id):
             return
+        if (repo_id, None) in self.hub.bombs:
+            return self._send_bomb(self.hub.bombs[(repo_id, None)])
         entries = self.hub.listing(repo_id)
         start = int(query.get("cursor", ["0"])[0])
         page = entries[start:start + self.hub.page_size]
@@ -195,7 +209,21 @@ class _Handler(BaseHTTPRequestHandler):
         if start + self.hub.page_size < len(entries):
             nxt = f"{self.hub.url}{urlsplit(self.path).path}?recursive=true&cursor={start + self.hub.page_size}"
             headers["Link"] = f'<{nxt}>; rel="next"'
+        if repo_id in self.hub.raw_listing:
+            page, headers = self.hub.raw_listing[repo_id], {}
+        if repo_id in self.hub.links:
+            headers["Link"] = f'<{self.hub.links[repo_id]}>; rel="next"'
         self._send(200, json.dumps(page).encode(), "application/json", headers)
+
+    def _send_bomb(self, size):
+        # size zero bytes, deflated in 1 MiB steps (never held whole), sent as gzip.
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+        block, left, parts = b"\0" * (1 << 20), size, []
+        while left > 0:
+            parts.append(packer.compress(block[:min(left, len(block))]))
+            left -= len(block)
+        parts.append(packer.flush())
+        self._send(200, b"".join(parts), "application/json", {"Content-Encoding": "gzip"})
 
     def _resolve(self, repo_id, path):
         if not self._authorized(repo_id):
@@ -203,6 +231,14 @@ class _Handler(BaseHTTPRequestHandler):
         data = self.hub.repos[repo_id].get(path)
         if data is None:
             return self._error(404, "Entry not found", "EntryNotFound")
+        if (repo_id, path) in self.hub.bombs:
+            return self._send_bomb(self.hub.bombs[(repo_id, path)])
+        if (repo_id, path) in self.hub.redirects:
+            self.send_response(302)
+            self.send_header("Location", self.hub.redirects[(repo_id, path)])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if path.endswith(_LFS_SUFFIXES):
             self.send_response(302)
             self.send_header("Location", f"/cdn/{hashlib.sha256(data).hexdigest()}")
