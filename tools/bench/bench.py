@@ -204,7 +204,7 @@ def main(argv=None):
         "runs": runs,
     }
     out = PUBLISHED if args.publish else args.json or Path(logdir) / "speed.json"
-    out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    out.write_text(dump(data), encoding="utf-8")
     print(report.render_report(data))
     if args.report:
         args.report.write_text(report.render_report(data), encoding="utf-8")
@@ -214,6 +214,14 @@ def main(argv=None):
         print(f"WARNING: {line}")
     print(f"\n# figures in {out}; done in {time.perf_counter() - t_start:.0f} s, "
           f"load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}")
+
+
+def dump(data):
+    """The JSON text of a run: one line per section and per run (readable diffs)."""
+    lines = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in data.items() if k != "runs"]
+    runs = [f"  {json.dumps(x)}," for x in data["runs"]]
+    runs[-1] = runs[-1].rstrip(",")
+    return "\n".join(["{"] + lines + [' "runs": ['] + runs + [" ]", "}"]) + "\n"
 
 
 def _record(cfg, wl, r, out):
