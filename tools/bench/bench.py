@@ -59,7 +59,7 @@ def parse_args(argv):
     ap.add_argument("--workloads", type=_names, help="comma list (default: all): " +
                     ", ".join(w.name for w in workloads.load()))
     ap.add_argument("--methods", type=_names, default=["ngram-mod"],
-                    help="ours' drafting methods (default ngram-mod, the one native is compared with)")
+                    help="ours' drafting methods, method[:n/min/max] (default ngram-mod, the one native is compared with)")
     ap.add_argument("--no-native", action="store_true", help="skip llama.cpp's server")
     ap.add_argument("--load", type=int, default=0, metavar="N",
                     help="run N busy-looping processes during the rounds (a reproducible busy neighbour)")
