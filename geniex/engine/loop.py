@@ -142,8 +142,9 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             t0 = time.perf_counter()
             draft = drafter.propose(history, n_past, policy.cap(room)) if room > 0 else EMPTY
             method = draft.method or drafter.name
-            # The one cut, whatever the drafter returned: room, then the policy's choice.
-            drafts = draft.tokens[:policy.take(method, min(len(draft.tokens), room), draft.grade,
+            # The one cut, whatever the drafter returned: room and end tokens, then the
+            # policy's choice.
+            drafts = draft.tokens[:policy.take(method, _offered(draft.tokens, room, answer.eog), draft.grade,
                                                draft.probs)]
             t1 = time.perf_counter()
             pending = history[n_past]
@@ -178,6 +179,16 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
     if tail or answer.stop in ("user", "context_length"):
         yield Step(index, n_past, history[n_past] if n_past < len(history) else -1, [], None, "",
                    [], 0, [], tail, 0.0, 0.0, answer.stop)
+
+
+def _offered(tokens, room, eog):
+    """How many of a draft's tokens a verify may check: within ``room``, and none after an
+    end token (the verify stops sampling there, so rows after it would be wasted)."""
+    n = min(len(tokens), room)
+    for i in range(n):
+        if tokens[i] in eog:
+            return i + 1
+    return n
 
 
 def _prefill_prompt(ctx, kv, batch, history, cancel, stats, progress=None):

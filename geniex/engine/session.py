@@ -107,9 +107,9 @@ class Session:
         self.policy = policy.FixedPolicy()
         if self.drafter is not None and options.spec.policy == "auto":
             # Calibrated before the governor is attached (it would move threads mid-way).
-            # A batch row costs more on one thread (9 rows: ~8 one-row decodes, against
-            # ~5.5 on 2 cores), so where the governor may move the answer to one thread
-            # the policy gets that curve too and follows the governor's setting.
+            # A batch row costs more on one thread than on every core, so where the
+            # governor may move the answer to one thread the policy gets that curve too
+            # and follows the governor's setting.
             costs, one_row = self._verify_cost(self.threads, self.threads_batch)
             others = {"one": self._verify_cost(1, 1)[0]} if governor else {}
             self.policy = policy.GainPolicy(costs, one_row, others=others,

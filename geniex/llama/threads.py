@@ -4,11 +4,10 @@ ggml's CPU backend runs a decode on OpenMP threads that meet at a barrier after 
 graph node, spinning while they wait (the default, active wait policy). On a quiet
 machine that is the fastest way to decode. When another process holds a core, a
 spinning thread and the thread it waits for share one core, and a decode on every core
-can take several times as long as on one thread (tools/bench/BENCHMARKS.md, "Busy machines":
-with one busy neighbour on 2 cores, 49 tok/s on 2 threads against 132 on one). A passive
-wait policy removes the stalls but makes every barrier a sleep and a wake-up, which cost
-a third of a quiet two-thread decode's speed, so geniex keeps the active policy and
-measures instead.
+can take several times as long as on one thread (``tools/bench/bench_contention.py``
+measures it). A passive wait policy removes the stalls but makes every barrier a sleep
+and a wake-up, which costs much of a quiet two-thread decode's speed, so geniex keeps the
+active policy and measures instead.
 
 :class:`ThreadGovernor` keeps a running estimate of the time per decoded row on every core
 and on one thread. It decodes on the faster one, and every so often tries the other for a

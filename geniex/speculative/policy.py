@@ -1,9 +1,10 @@
 """How long each step's draft should be: the one that pays most, or none.
 
-A verify row is not free on a CPU: with the demo model on 2 cores a batch of 2 rows costs
-2.0 one-row decodes, of 4 rows 2.8, of 8 rows 4.2, of 16 rows 7.9 (tools/bench/BENCHMARKS.md),
-so a short draft barely pays even when it is right, a long draft the target rejects
-loses time, and on text without repeats n-gram drafting can run below plain decoding.
+A verify row is not free on a CPU: the demo model on 2 cores is compute-bound, a batch of
+2 rows costs about two one-row decodes and each further row a good part of one (``--verbose``
+prints the measured curve), so a short draft barely pays even when it is right, a long
+draft the target rejects loses time, and on text without repeats n-gram drafting can run
+below plain decoding.
 :class:`GainPolicy` (the default, ``--draft-policy auto``) picks each step's draft length
 k to maximise expected committed tokens per unit of time:
 
@@ -14,15 +15,18 @@ k to maximise expected committed tokens per unit of time:
 ``cost`` is measured when a model loads (:func:`calibrate`: the fastest of a few decodes
 of 1, 2, 4, 8 and 16 rows, interpolated between them; cached per model file, threads and
 KV cache type), on every core and, where the thread governor may move the answer to one
-thread, on one thread too (a batch row costs more there: 9 rows ~8 one-row decodes
-against ~5.5 on 2 cores), and the policy uses the curve of the governor's setting;
+thread, on one thread too (a batch row costs more there than on every core), and the
+policy uses the curve of the governor's setting;
 ``a`` is the per-token acceptance of each drafting method's drafts of the draft's grade
 (the drafter's own confidence class: for ngram-mod, how much context before the key
 matched; 0 for methods without one), learnt from every step it drafted (a decayed count
 of tokens accepted before the first rejection); ``d`` is its measured drafting time per
-token relative to a one-row decode (~0 for n-gram methods). A model drafter (draft-simple,
-draft-mtp) gives each draft token its own probability: there the i-th token's acceptance
-is the learnt record of that probability's bucket (:data:`PROB_EDGES`, starting from
+token relative to a one-row decode (0 for n-gram methods, whose lookup time does not grow
+with the draft: measuring it would let a slow moment make a cheap drafter look costly,
+and a drafter asked for fewer tokens than its minimum never drafts again). A drafter that gives each
+draft token its own probability (draft-simple and draft-mtp: the draft model's; ngram-mod:
+from how long the text has matched what it follows) has the i-th token's acceptance read
+from the learnt record of that probability's bucket (:data:`PROB_EDGES`, starting from
 trusting the drafter), so E(k) = 1 + a1 + a1*a2 + ... and a draft is cut where the
 drafter's confidence drops. Drafts cut by the policy still
 teach it: the first token past the cut is compared with what the target said (n-gram
@@ -38,23 +42,24 @@ import time
 from bisect import bisect_right
 
 from geniex import files
+from geniex.speculative.options import NGRAM_METHODS
 
 DECAY = 0.95          # weight of the past in the acceptance counts, per step
 # (accepted, rejected) pseudo-counts a record starts from, by draft grade: an ungraded
 # method starts at a = 2/3; ngram-mod's grades 1-4 start at the per-token acceptance
-# measured for them (demo model, 9 prompts, fixed lengths, fresh and kept memory:
-# 0.68, 0.81-1.0, 0.91, 0.99-1.0), so that a verbatim repeat is drafted from its first
-# sighting, e.g. in a one-shot `geniex infer` whose policy has learnt nothing yet.
+# measured for them with fixed lengths, so that a verbatim repeat is drafted from its
+# first sighting (ngram-mod's drafts carry per-token probabilities, which decide instead).
 PRIORS = {0: (2.0, 1.0), 1: (2.0, 1.0), 2: (2.5, 0.5), 3: (2.75, 0.25), 4: (2.95, 0.05)}
 ROWS = (1, 2, 4, 8, 16)
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
 KEEP = 64             # calibration entries kept on disk
 MAX_CACHE_FILE = 4 << 20   # bytes of calibration.json read (64 entries take a few kB)
-# A model drafter's own probability for each draft token, in buckets: each bucket learns
-# how often such tokens are accepted, starting from the bucket's middle probability
-# (PROB_WEIGHT pseudo-counts), i.e. from trusting the drafter.
-PROB_EDGES = (0.3, 0.5, 0.7, 0.85, 0.95)
+# A drafter's own probability for each draft token, in buckets: each bucket learns how
+# often such tokens are accepted, starting from the bucket's middle probability
+# (PROB_WEIGHT pseudo-counts), i.e. from trusting the drafter. Fine near 1, where
+# ngram-mod's long matches sit and a draft's best length changes most.
+PROB_EDGES = (0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.97, 0.985)
 PROB_WEIGHT = 3.0
 
 
@@ -184,6 +189,8 @@ class GainPolicy:
             ok += 1
         st[0] = st[0] * DECAY + ok
         st[1] = st[1] * DECAY + (1 if ok < n else 0)
+        if method in NGRAM_METHODS:
+            return      # a lookup's time does not grow with the draft: no per-token cost
         per_token = draft_time / len(draft) / self.one_row
         st[2] = per_token if st[2] == 0.0 else 0.8 * st[2] + 0.2 * per_token
 

@@ -1,14 +1,14 @@
 """The accept loop against a replayed target (one-hot logits on a known answer): the
-loop's bookkeeping, limits and stop rules without a model. tests/support/replay.py."""
+loop's bookkeeping, limits and stop rules without a model (geniex/engine/replay.py)."""
 import pytest
 
 from geniex.engine.loop import GenOptions, verify
+from geniex.engine.replay import ReplayTarget
 from geniex.engine.sampling import Sampler, SamplingParams
 from geniex.speculative.drafters import ngram
 from geniex.speculative.drafters.base import Draft, Drafter
 from geniex.speculative.options import NGRAM_METHODS, SpecOptions
 from geniex.speculative.policy import FixedPolicy, GainPolicy
-from replay import ReplayTarget
 
 pytestmark = pytest.mark.fast
 VOCAB = 300
@@ -64,6 +64,24 @@ def test_every_drafter_commits_the_plain_answer(drafter):
     for s in steps:
         assert s.accepted <= len(s.drafted)
         assert s.target[:s.accepted] == s.drafted[:s.accepted]
+
+
+class PastTheEnd(Drafter):
+    """Drafts the true continuation and goes on after the end token."""
+
+    name = "past-the-end"
+    n_max = 64
+
+    def propose(self, history, n_past, room):
+        return Draft((PROMPT + ANSWER + [7] * 64)[n_past + 1:n_past + 1 + self.limit(room)])
+
+
+def test_no_draft_row_after_an_end_token():
+    """The verify stops sampling at an end token, so the loop verifies no draft past it."""
+    target, steps, tokens = run(PastTheEnd())
+    assert tokens == ANSWER[:-1] and steps[-1].stop == "eos"
+    assert steps[-1].drafted[-1] == EOS
+    assert target.ctx.decodes[-1] == len(steps[-1].drafted) + 1
 
 
 def test_a_drafter_cannot_overfill_the_verify_batch():

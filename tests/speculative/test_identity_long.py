@@ -12,9 +12,14 @@ import pytest
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, Session
+from geniex.speculative import policy
 from geniex.speculative.options import SpecOptions
 
 METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "draft-simple"]
+# ngram-mod as `geniex infer --spec-type ngram-mod` builds it: the auto draft policy sizing
+# drafts by each token's probability, memory kept across answers (the other sessions
+# draft fixed lengths so that every method surely drafts).
+AT_DEFAULTS = "ngram-mod at its defaults"
 SAMPLINGS = {"greedy": SamplingParams(), "seeded": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=77)}
 ANSWER = 48
 
@@ -61,15 +66,23 @@ def reference(plain, prompts):
     return out
 
 
-@pytest.fixture(scope="module", params=METHODS)
+@pytest.fixture(scope="module", params=METHODS + [AT_DEFAULTS])
 def spec_session(request, demo_model):
     method = request.param
-    # Fixed draft lengths, so that every method drafts (and the identity is tested) whatever
-    # the auto policy would choose; the policy changes lengths, never tokens.
-    so = SpecOptions(types=(method,), draft_model="demo", draft_path=demo_model if method == "draft-simple" else None,
-                     n_max=6, policy="fixed")
+    if method == AT_DEFAULTS:
+        so = SpecOptions(types=("ngram-mod",))
+    else:
+        # Fixed draft lengths, so that every method drafts (and the identity is tested)
+        # whatever the auto policy would choose; the policy changes lengths, never tokens.
+        so = SpecOptions(types=(method,), draft_model="demo", draft_path=demo_model if method == "draft-simple" else None,
+                         n_max=6, policy="fixed")
     s = Session(demo_model, LoadOptions(nctx=2048, spec=so))
     assert s.speculative, s.spec_notes
+    if method == AT_DEFAULTS:
+        # The verify cost curve measured at load follows the machine's load (a busy
+        # neighbour can make batches look too dear to draft at all); this test needs
+        # drafts, so it sizes them by a quiet machine's curve. Lengths never change tokens.
+        s.policy = policy.GainPolicy({1: 1.0, 2: 2.0, 4: 2.8, 8: 4.1, 16: 7.2}, s.policy.one_row)
     yield s
     s.close()
 

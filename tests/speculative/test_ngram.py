@@ -51,7 +51,10 @@ def test_short_drafts_are_dropped():
     assert not d.propose(history, len(history) - 1, room=8).tokens
 
 
-def test_ngram_mod_indexes_as_the_answer_grows_and_resets_on_low_acceptance():
+def test_ngram_mod_indexes_as_the_answer_grows_and_keeps_memory_through_rejections():
+    """Rejected drafts do not wipe what ngram-mod remembers (upstream clears its table
+    after 5 poor steps; here the draft policy stops drafting what the target rejects,
+    and a replayed request later still finds its earlier answer)."""
     d = drafter("ngram-mod", ngram_n=2, ngram_min=1, ngram_max=3)
     history = [1, 2, 3, 4]
     d.begin(history, 3, None)
@@ -60,7 +63,7 @@ def test_ngram_mod_indexes_as_the_answer_grows_and_resets_on_low_acceptance():
     assert list(d.propose(history, 5, room=8).tokens) == [3, 4, 1]
     for _ in range(5):                           # five rounds under 25% acceptance
         d.observe(history, 5, 0, 4, 0)
-    assert not d.last and not d.propose(history, 5, room=8).tokens
+    assert list(d.propose(history, 5, room=8).tokens) == [3, 4, 1]
 
 
 def test_ngram_mod_takes_the_occurrence_whose_context_matches_longest():
@@ -172,3 +175,48 @@ def test_ngram_mod_drafts_only_what_memory_says(seed):
             history += [rng.randrange(6) for _ in range(rng.randrange(1, 4))]
             d.observe(history, len(history) - 1, 0, len(draft), 0)
     assert drafted > 0
+
+
+def test_ngram_mod_probabilities_grow_with_the_match():
+    """Each draft token carries 1 - 1/M, M = the match behind it: the key, the context
+    before it that matched, and the draft tokens before it."""
+    d = drafter("ngram-mod", ngram_n=3, ngram_min=1, ngram_max=6)
+    history = [1, 2, 3] + PHRASE + [7, 8] + PHRASE[:5]     # the phrase again, 5 tokens in
+    d.begin(history, len(history) - 1, None)
+    draft = d.propose(history, len(history) - 1, room=8)
+    assert list(draft.tokens) == PHRASE[5:11]
+    # key PHRASE[2:5], context PHRASE[:2] (then 8 != 3): 5 tokens of match at the first
+    assert draft.probs == pytest.approx([1 - 1 / (5 + i) for i in range(6)])
+
+
+def test_ngram_mod_where_earlier_texts_went_on_differently_the_draft_is_that_likely():
+    d = drafter("ngram-mod", ngram_n=3, ngram_min=1, ngram_max=2)
+    history = [50, 7, 8, 9, 1, 60, 7, 8, 9, 2, 70, 7, 8, 9]   # (7 8 9) then 1, then 2
+    d.begin(history, len(history) - 1, None)
+    draft = d.propose(history, len(history) - 1, room=8)
+    assert list(draft.tokens) == [2, 70]                      # the latest among equals
+    assert draft.probs[0] == pytest.approx((1 - 1 / 3) * 0.5)
+
+
+def test_ngram_mod_another_conversations_opening_is_no_evidence():
+    """Every answer opens after the same template tokens: another conversation's answer
+    after them is offered at probability 0 (the policy drafts none of it), while the
+    same words inside the current conversation are evidence."""
+    from geniex.speculative.policy import GainPolicy
+    policy = GainPolicy({1: 1.0, 2: 2.0, 4: 2.8, 8: 4.1, 16: 7.2}, 0.01)
+    d = drafter("ngram-mod", ngram_n=3, ngram_min=1, ngram_max=4)
+    opening = [90, 91, 92]                                    # "<|im_start|>assistant\n"
+    first = [10, 11, 12] + opening
+    d.begin(first, len(first) - 1, None)
+    d.observe(first + PHRASE, len(first) + len(PHRASE) - 1, 0, 0, 0)
+    second = [20, 21, 22] + opening                           # another question
+    d.begin(second, len(second) - 1, None)
+    draft = d.propose(second, len(second) - 1, room=8)
+    assert list(draft.tokens) == PHRASE[:4] and draft.probs[0] == 0.0
+    assert policy.take("ngram-mod", len(draft.tokens), draft.grade, draft.probs) == 0
+    # A turn of the same conversation that quotes the phrase: drafted from its 3rd token.
+    third = first + PHRASE + [30, 31] + opening + PHRASE[:3]
+    d.begin(third, len(third) - 1, None)
+    draft = d.propose(third, len(third) - 1, room=8)
+    assert list(draft.tokens) == PHRASE[3:7] and draft.probs[0] > 0.8
+    assert policy.take("ngram-mod", len(draft.tokens), draft.grade, draft.probs) == 4

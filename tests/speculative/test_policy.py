@@ -68,8 +68,8 @@ def test_a_costly_drafter_that_never_pays_is_rarely_asked():
 
 
 def test_the_measured_curve_decides():
-    """The demo model's curve on 2 cores (tools/bench/BENCHMARKS.md): a 2-row verify costs two
-    decodes, so only long drafts that are usually right pay."""
+    """A curve like the demo model's on 2 cores: a 2-row verify costs two decodes, so only
+    long drafts that are usually right pay."""
     demo = {1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87}
     good = trained(GainPolicy(demo, 0.007), "m", 1.0, steps=80, k=8)
     assert good.best("m", 8) >= 6
@@ -130,3 +130,24 @@ def test_the_curve_follows_the_thread_setting():
     assert p.best("m", 8) < on_cores
     setting[0] = "all"
     assert p.best("m", 8) == on_cores
+
+
+def test_a_slow_lookup_never_makes_an_ngram_method_costly():
+    """An n-gram lookup's time does not grow with the draft: however slow one step was
+    (a busy machine), the n-gram drafter is still asked for its whole draft, so a minimum
+    draft length can never starve it of the drafts it learns from."""
+    p = GainPolicy(line(0.3), one_row_seconds=0.01)
+    for _ in range(30):
+        p.observe("ngram-mod", [1, 2], [1, 9], draft_time=0.5, probs=[0.9, 0.9])
+    assert p.cap(16) == 16
+    assert p.take("ngram-mod", 4, probs=[0.99] * 4) == 4
+
+
+def test_ngram_mod_probabilities_size_its_draft():
+    """ngram-mod's per-token probabilities (from the match length) decide the length from
+    the first step, before anything is learnt: a long match is drafted long, a short one
+    with another conversation not at all."""
+    demo = {1: 1.0, 2: 2.0, 4: 2.8, 8: 4.1, 16: 7.2}
+    long_match = [1 - 1 / m for m in range(30, 46)]
+    assert GainPolicy(demo, 0.007).take("ngram-mod", 16, probs=long_match) >= 12
+    assert GainPolicy(demo, 0.007).take("ngram-mod", 16, probs=[0.0] * 4 + [0.8] * 12) == 0

@@ -7,8 +7,8 @@ indexes each committed token once:
 - ``ngram-mod``: map from the last ``n`` tokens to what followed them; a draft is the
   chain of lookups from the current suffix (variable length). Where a key was followed
   by different tokens, the occurrence with the longest matching context wins, and each
-  draft is graded by that context for the draft policy (:class:`NgramMod`). The table
-  is cleared when acceptance stays under 25% for 5 drafted steps, as upstream does.
+  draft token carries its chance of being right, from how long the text has matched
+  what it follows (:class:`NgramMod`): the draft policy sizes the draft by it.
 - ``ngram-simple``: the most recent earlier occurrence of the last ``n`` tokens; the
   draft is the tokens that followed it.
 - ``ngram-map-k``: like ngram-simple through a key map, but a key is used only once it
@@ -36,6 +36,12 @@ MEMORY_TOKENS = 1 << 18
 CANDIDATES = 8
 CONTEXT = 32
 UNINDEXED = -2
+# A match in another conversation's text counts only from where the current answer
+# began (unless the whole context matched, CONTEXT tokens or back to the start of the
+# text: the same request again), and this many tokens
+# less than one in the current text: a few words shared with an unrelated text are
+# mostly chance (the chat template that opens every answer is the common case).
+ELSEWHERE = 4
 
 
 class _Indexed(Drafter):
@@ -58,6 +64,7 @@ class _Indexed(Drafter):
         """Drop everything learned (the next answer starts from its own history only)."""
         self.corpus = []   # the histories of every answer so far, one segment each
         self.seg = 0       # where the current answer's segment starts in the corpus
+        self.answer = 0    # where the current answer starts in the corpus (its prompt ends)
         self.indexed = 0   # corpus positions whose n-gram ending there is indexed
         self.clear()
 
@@ -75,6 +82,7 @@ class _Indexed(Drafter):
         if len(self.corpus) > MEMORY_TOKENS:
             self.forget()
         self._sync(history, n_past + 1)
+        self.answer = len(self.corpus)
 
     def observe(self, history, n_past, target_row, drafted, accepted):
         self._sync(history, n_past + 1)
@@ -110,12 +118,23 @@ class NgramMod(_Indexed):
     the same n tokens twice with different continuations (indented code, a refrain, the
     template's "assistant" turn opening every answer) a lookup drafts whichever came last.
     Here a key keeps its recent occurrences, and a lookup takes the one whose preceding
-    context matches the current text longest (the latest among equals): the same n-gram
-    key and the same draft lengths, better guesses. The draft then follows that
-    occurrence's continuation and looks up again where memory ends, so a loop in the
-    text goes on being drafted as upstream's chain does. How much context matched is the
-    draft's grade (:func:`_grade`): a verbatim repeat is right far more often than a bare
-    key match, and the draft policy learns their acceptance apart.
+    context matches the current text longest (the latest among equals). The draft then
+    follows that occurrence's continuation and looks up again where memory ends, so a
+    loop in the text goes on being drafted as upstream's chain does.
+
+    Draft lengths follow what SuffixDecoding found (Oliaro et al., 2024; vLLM's
+    ``suffix`` method): the longer the text has matched an earlier text, the likelier it
+    goes on matching, so each draft token carries a probability from the match length
+    behind it (:func:`_confidence`): the key, its matching context, and the draft tokens
+    before it. Where earlier texts went on differently after the same words, the first
+    token's probability is the share that went on this way (their frequencies); a match
+    with another conversation counts only from where the current answer began (the
+    template that opens every answer, and the words every request ends with, are not
+    evidence) and :data:`ELSEWHERE` tokens less. The draft policy verifies as many tokens
+    as pay off at those probabilities (calibrated per bucket against what the target
+    accepts), so a verbatim copy of the prompt is drafted long from its first tokens and
+    text with nothing to copy costs nothing. The context matched is also the draft's
+    grade (:func:`_grade`), shown in the trace.
     """
 
     def clear(self):
@@ -123,7 +142,6 @@ class NgramMod(_Indexed):
         # prev[e]: the previous end with the same key as e (-1: none); UNINDEXED where
         # e is not in the table (a segment's first n positions, or before a reset).
         self.prev = array("q", [UNINDEXED]) * len(self.corpus)
-        self.low_rounds = 0
 
     def add(self, corpus, end):
         key = tuple(corpus[end - self.n:end])
@@ -136,44 +154,70 @@ class NgramMod(_Indexed):
     def propose(self, history, n_past, room):
         self._sync(history, n_past + 1)    # a no-op unless a caller skipped observe()
         limit = self.limit(room)
-        corpus, prev, out = self.corpus, self.prev, []
+        corpus, prev, out, probs = self.corpus, self.prev, [], []
         grade = 0
         while len(out) < limit:
-            e, context = self._best(out)
+            e, context, match, share = self._best(out)
             if e is None:
                 break
             if not out:
                 grade = _grade(context)
+            # The draft token's chance grows with how long the text has matched what it
+            # follows: the key, the context before it, and each draft token after it (as
+            # if the ones before were accepted).
+            p = _confidence(match) * share
             # Follow the occurrence while memory lasts (and within its segment: a
             # position past the next segment's start is not indexed).
             while len(out) < limit:
                 out.append(corpus[e])
+                probs.append(p)
+                match += 1
+                p = _confidence(match)
                 e += 1
                 if e >= len(prev) or prev[e] == UNINDEXED:
                     break
-        return self._finish(out, room, grade)
+        draft = self._finish(out, room, grade)
+        if draft.tokens:
+            draft.probs = probs[:len(draft.tokens)]
+        return draft
 
     def _best(self, out):
-        """``(end, context)``: the end position whose key is the text's last n tokens (the
-        corpus followed by the draft so far) and whose earlier context matches the text's
-        longest, and how many tokens of that context matched; ``(None, 0)`` if none."""
+        """``(end, context, match, share)``: the end position whose key is the text's last n
+        tokens (the corpus followed by the draft so far) and whose earlier context matches
+        the text's longest; how many tokens of that context matched; how many tokens of
+        match that is worth (:data:`ELSEWHERE`); and the share of the occurrences worth as
+        much that go on with the same token (where earlier texts went on differently after
+        the same words, the draft is only that likely). ``(None, 0, 0, 0.0)`` if none."""
         corpus, n = self.corpus, self.n
         total = len(corpus) + len(out)
         if total - self.seg < n:
-            return None, 0                     # the text is its segment: shorter than a key
+            return None, 0, 0, 0.0             # the text is its segment: shorter than a key
         short = n - len(out)               # key tokens that come from the corpus
         key = tuple(corpus[len(corpus) - short:] + out) if short > 0 else tuple(out[-n:])
+        answered = total - self.answer     # text tokens since this answer began
+        whole = min(CONTEXT, total - n - self.seg)   # a context this long matched it all
         e = self.last.get(key)
-        best, best_len, tried = None, -1, 0
+        best, best_match, best_context, tried, ties, agree = None, -CONTEXT - n, 0, 0, 0, 0
         while e is not None and e >= 0 and tried < CANDIDATES:
-            m = self._context(e, out, total)
-            if m > best_len:
-                best, best_len = e, m
-                if m == CONTEXT:
+            context = self._context(e, out, total)
+            match = context + n
+            if e < self.seg and context < whole:
+                # Another conversation's text (not the same request again): what matched
+                # before this answer began is mostly the chat template and the words
+                # every request ends with.
+                match = min(match, answered) - ELSEWHERE
+            if best is None or match > best_match:
+                best, best_match, best_context, ties, agree = e, match, context, 1, 1
+                if context == CONTEXT:
                     break                      # newest full match: none can do better
+            elif match == best_match:
+                ties += 1
+                agree += corpus[e] == corpus[best]
             e = self.prev[e]
             tried += 1
-        return best, max(best_len, 0)
+        if best is None:
+            return None, 0, 0, 0.0
+        return best, best_context, best_match, agree / ties
 
     def _context(self, e, out, total):
         """How many tokens before occurrence ``e``'s key equal those before the text's
@@ -186,14 +230,13 @@ class NgramMod(_Indexed):
             a, b, m = a - 1, b - 1, m + 1
         return m
 
-    def observe(self, history, n_past, target_row, drafted, accepted):
-        super().observe(history, n_past, target_row, drafted, accepted)
-        if drafted:
-            self.low_rounds = self.low_rounds + 1 if accepted < 0.25 * drafted else 0
-            if self.low_rounds >= 5:
-                # The table keeps predicting what the target no longer says: start it
-                # over from here (upstream resets its table the same way).
-                self.clear()
+def _confidence(match):
+    """The chance that a text which has matched an earlier one for ``match`` tokens goes
+    on as it did: 1 - 1/match, the rule that fits the acceptance of the demo model's
+    drafts by match length on the bench's workloads (tools/bench/counts.py); the longer a
+    text has followed another, the likelier it goes on following it. The draft policy
+    calibrates it per probability bucket."""
+    return 1.0 - 1.0 / match if match > 1 else 0.0
 
 
 def _grade(context):

@@ -1,5 +1,6 @@
-"""A stand-in target that replays a known answer, for testing the accept loop and the
-n-gram drafters without a model (the fast test tier, ``tools/bench/bench_ngram.py``).
+"""A stand-in target that replays a known answer: the accept loop and the drafters run
+without a model (the fast test tier; the benchmarks' exact counts of drafting,
+``tools/bench/counts.py``).
 
 The context's logits are one-hot on the next token of ``sequence`` (prompt + the
 plain answer) at each row's position, so greedy decoding through

@@ -1,0 +1,74 @@
+"""Our side of the bench: a geniex Session answering as ``geniex infer`` does, in a worker."""
+import time
+
+from configs import NCTX
+
+
+class Runner:
+    """A Session loaded with one configuration; answers token-id prompts."""
+
+    def __init__(self, cfg, model_path):
+        from geniex.engine.session import LoadOptions, Session
+        from geniex.speculative.options import SpecOptions
+        spec = SpecOptions()
+        if cfg.spec:
+            n, lo, hi = cfg.ngram or (0, 0, 0)
+            spec = SpecOptions(types=(cfg.spec,), ngram_n=n, ngram_min=lo, ngram_max=hi, policy=cfg.policy)
+        opts = LoadOptions(nctx=NCTX, threads=cfg.threads, threads_batch=cfg.threads_batch, spec=spec)
+        if cfg.ubatch:
+            opts.n_ubatch = cfg.ubatch
+        if cfg.cache:
+            opts.cache_type_k = opts.cache_type_v = cfg.cache
+        self.cfg = cfg
+        self.s = Session(model_path, opts)
+        if cfg.spec and self.s.drafter is None:
+            raise SystemExit(f"{cfg.name}: speculative setup failed: {self.s.spec_notes}")
+        # The verify cost curve the draft policy measured at load (rows -> one-row decodes).
+        costs = getattr(self.s.policy, "costs", None)
+        self.hello = {"model_bytes": self.s.model.size_bytes, "notes": self.s.spec_notes,
+                      "threads": [self.s.threads, self.s.threads_batch],
+                      "verify_cost": {str(r): c for r, c in costs.items()} if costs else None}
+
+    def tokenize(self, messages):
+        """The prompt token ids of a chat (the model's template, as the server renders it)."""
+        from geniex.engine.chat import template_for
+        return self.s.tokenize_prompt(template_for(self.s.model).render(messages))
+
+    def run(self, tokens, n):
+        """Answer ``tokens`` with at most ``n`` tokens, greedy; what the report reads."""
+        from geniex.engine.loop import GenOptions
+        from geniex.engine.sampling import SamplingParams
+        if self.cfg.fresh:
+            self.s.reset(drafts=True)
+        gen = self.s.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(seed=1)))
+        steps = []
+        for step in gen:
+            if self.cfg.detail and (step.drafted or step.extra.get("offered")):
+                # position in the answer, drafted, accepted, offered, grade
+                steps.append([step.n_past - len(tokens) + 1, len(step.drafted), step.accepted,
+                              step.extra.get("offered", len(step.drafted)), step.extra.get("grade", 0)])
+        st = gen.stats
+        return {"tokens": list(gen.tokens), "text": gen.text, "n": st.decode_tokens, "decode_s": st.decode_time,
+                "steps": st.steps, "drafted": st.drafted, "accepted": st.accepted, "offered": st.offered,
+                "hist": list(st.accept_hist), "draft_s": st.draft_time, "verify_s": st.verify_time,
+                "prompt": st.prompt_tokens, "prompt_reused": st.prompt_reused, "stop": st.stop_reason,
+                "detail": steps}
+
+    def row_cost(self, ks=(1, 2, 4, 8), reps=2):
+        """Seconds of a k-row decode (logits on every row) after a 100-token prefix: the
+        bench's check for stalled multi-threaded batches (a busy machine)."""
+        s = self.s
+        ctx, b = s.ctx, s.batch
+        s.reset()
+        ctx.decode(b.fill(list(range(1000, 1100)), 0))
+        out = {}
+        for k in ks:
+            best = float("inf")
+            for _ in range(reps):
+                t = time.perf_counter()
+                ctx.decode(b.fill(list(range(2000, 2000 + k)), 100, all_logits=True))
+                best = min(best, time.perf_counter() - t)
+                ctx.trim(100)
+            out[k] = best
+        s.reset()
+        return out
