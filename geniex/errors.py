@@ -22,6 +22,11 @@ class GenieXError(Exception):
     exit_code = 1
     param = None
 
+    def __init__(self, *args, param=None):
+        super().__init__(*args)
+        if param is not None:
+            self.param = param
+
 
 class UsageError(GenieXError):
     """Bad flag or argument value (exit code 2, like argparse)."""
@@ -42,7 +47,18 @@ class ModelNotFound(GenieXError):
 
 
 class ContextLengthExceeded(GenieXError):
-    """The prompt does not fit in the context window."""
+    """The prompt does not fit in the context window (``n_prompt_tokens`` of them, in a
+    context of ``n_ctx``, where known: llama.cpp's server reports both)."""
+
+    def __init__(self, message, n_prompt_tokens=None, n_ctx=None):
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+
+
+class Unsupported(GenieXError):
+    """The loaded model cannot do what was asked (no FIM tokens for infill, no pooling
+    for embeddings, no classifier head for reranking): the server's 501."""
 
 
 class SpecSetupError(GenieXError):

@@ -12,7 +12,18 @@ def register(sub):
                        description="Serve stored models over an OpenAI-compatible HTTP API. Speculative "
                                    "decoding is chosen per request (spec_* fields); the server never downloads.")
     p.add_argument("--host", default=None,
-                   help=f"HOST:PORT to listen on (env GENIEX_HOST, default {DEFAULT_HOST}; port 0 = any free port)")
+                   help=f"HOST:PORT to listen on (env GENIEX_HOST, default {DEFAULT_HOST}; port 0 = any free port); "
+                        "several, comma separated: 127.0.0.1:8080,[::1]:8080, or 127.0.0.1,::1 with --port")
+    p.add_argument("--port", type=int, default=None, help="the port for addresses of --host that name none")
+    p.add_argument("-m", "--model", default=None,
+                   help="default model: answers requests that name no model or one not in the store (as "
+                        "llama.cpp's server answers with its loaded model), with a warning in the answer; "
+                        "default: the resident model, once one is loaded")
+    p.add_argument("--n-predict", type=int, default=None,
+                   help="answer length for requests that set none (-1 = until the context is full; default: "
+                        "2048 for chat and /completion, 16 for /v1/completions)")
+    p.add_argument("--metrics", action="store_true", help="serve GET /metrics (Prometheus text; default off)")
+    p.add_argument("--no-slots", dest="slots", action="store_false", help="answer GET /slots with 501")
     p.add_argument("--keepalive", type=float, default=None,
                    help="seconds an idle model stays loaded (env GENIEX_KEEPALIVE, default 300; "
                         "0 = free after each request, negative = never)")
@@ -24,8 +35,9 @@ def register(sub):
     p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
     sec = p.add_argument_group("security and limits (docs/server.md, Security)")
     sec.add_argument("--origins", default="",
-                     help="web page origins allowed to call the server (CORS), comma separated, e.g. "
-                          "http://localhost:3000; * = any (default: none)")
+                     help="web page origins allowed to call the server (CORS), comma separated: an origin "
+                          "(http://localhost:3000), a host name (any scheme and port), localhost (any "
+                          "loopback origin), * = any (default: none)")
     sec.add_argument("--allowed-hosts", default="",
                      help="Host header names accepted besides loopback names and the bound address, comma "
                           "separated (defeats DNS rebinding); * = any (default: none)")
@@ -76,10 +88,22 @@ def run(args):
     config = ServerConfig(data_dir=args.data_dir, keepalive=_keepalive(args.keepalive),
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
-                                            cache_type_v=ggml_name(args.cache_type_v)),
+                                            cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
                           allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),
                           max_queue=args.max_queue,
-                          memory_budget=parse_size(args.memory_budget) if args.memory_budget else None)
-    return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST)
+                          memory_budget=parse_size(args.memory_budget) if args.memory_budget else None,
+                          model=_default_model(args.model, args.data_dir),
+                          metrics=args.metrics, slots=args.slots)
+    return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port)
+
+
+def _default_model(name, data_dir):
+    """``--model`` checked before listening: the name the store resolves it to (a GGUF
+    path is the operator's choice, so it is allowed without --allow-paths)."""
+    if name is None:
+        return None
+    from geniex import config
+    from geniex.store import Store
+    return Store(config.data_dir(data_dir)).resolve(name, paths=True).name

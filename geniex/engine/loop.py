@@ -114,15 +114,16 @@ class Answer:
 
 
 def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel=None, stats=None,
-          policy=FIXED):
+          policy=FIXED, progress=None):
     """Answer ``prompt_tokens`` on the target context ``ctx`` (its cache tracked by ``kv``,
     a :class:`~geniex.llama.kv.KvHistory`), yielding a :class:`Step` per target decode.
     ``stats`` (a Stats) is filled in place; ``cancel()`` returning True ends the answer
-    with stop reason ``user``; ``policy`` sizes each draft (geniex.speculative.policy)."""
+    with stop reason ``user``; ``policy`` sizes each draft (geniex.speculative.policy);
+    ``progress(total, cached, processed)`` hears how far the prompt's decoding got."""
     stats = stats if stats is not None else Stats()
     t_start = time.perf_counter()
     history = list(prompt_tokens)
-    row = _prefill_prompt(ctx, kv, batch, history, cancel, stats)   # errors.Cancelled: client gone
+    row = _prefill_prompt(ctx, kv, batch, history, cancel, stats, progress)   # errors.Cancelled: client gone
     n_past = len(history) - 1
     drafter.begin(history, n_past, row)
     answer = Answer(opts, vocab, ctx.n_vocab, history)
@@ -157,7 +158,7 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             policy.observe(method, draft.tokens, sampled, t1 - t0, draft.grade, draft.probs)
             t2 = time.perf_counter()
             stats.record_step(examined, accepted, t1 - t0, t2 - t1, t2 - t_start if committed else None,
-                              len(draft.tokens))
+                              len(draft.tokens), method if drafts else "")
             if answer.stop:
                 text += answer.stream.flush()   # held text (a partial character) ends with us
             else:
@@ -190,7 +191,7 @@ def _offered(tokens, room, eog):
     return n
 
 
-def _prefill_prompt(ctx, kv, batch, history, cancel, stats):
+def _prefill_prompt(ctx, kv, batch, history, cancel, stats, progress=None):
     """Bring the KV cache to ``history[:-1]`` (reusing what it already holds); returns
     the batch row of the last decoded position, or None."""
     t0 = time.perf_counter()
@@ -199,10 +200,18 @@ def _prefill_prompt(ctx, kv, batch, history, cancel, stats):
     if len(history) > ctx.n_ctx:
         raise ContextLengthExceeded(
             f"the prompt has {len(history)} tokens but the context holds {ctx.n_ctx}; "
-            "raise --nctx or shorten the prompt")
+            "raise --nctx or shorten the prompt", n_prompt_tokens=len(history), n_ctx=ctx.n_ctx)
     n_past = len(history) - 1
     stats.prompt_tokens = len(history)
     stats.prompt_reused = kv.sync(history, keep_at_most=n_past)
-    row = prefill(ctx, batch, history, stats.prompt_reused, n_past, cancel)
+    report = None
+    if progress is not None:
+        total, cached = len(history), stats.prompt_reused
+        progress(total, cached, cached)
+        # The last prompt token is decoded by the first verify step: count it there.
+        report = lambda pos: progress(total, cached, pos if pos < n_past else total)
+    row = prefill(ctx, batch, history, stats.prompt_reused, n_past, cancel, report)
+    if report is not None and stats.prompt_reused >= n_past:
+        report(n_past)
     stats.prompt_time = time.perf_counter() - t0
     return row

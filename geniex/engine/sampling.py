@@ -5,7 +5,8 @@ sample each verify row exactly as plain decoding samples each step: same logits,
 penalty history, same position in the random stream. That is what makes seeded
 speculative output identical to plain seeded output.
 
-Order (as llama.cpp's default chain): penalties, top-k, top-p, min-p, temperature, draw.
+Order (as llama.cpp's default chain): logit bias, penalties, top-k, typical, top-p,
+min-p, temperature, draw.
 ``temperature <= 0`` is greedy (argmax after penalties) and draws nothing.
 """
 import time
@@ -27,6 +28,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int = 0               # 0 = a fresh random seed per answer
     penalty_last_n: int = 64    # how many recent tokens the penalties look at (llama.cpp default)
+    logit_bias: tuple = ()      # ((token, bias), ...) added to the logits; -inf bans a token
+    ignore_eos: bool = False    # ban end-of-generation tokens (the engine turns it into biases)
+    typical_p: float = 1.0      # locally typical sampling; 1 = off
 
     @property
     def greedy(self):
@@ -49,6 +53,11 @@ class Sampler:
         self.n_vocab = n_vocab
         self._window = []
         self._counts = np.zeros(n_vocab, dtype=np.int32) if params.penalized else None
+        self._bias = None
+        if params.logit_bias:
+            self._bias = np.zeros(n_vocab, dtype=np.float32)
+            for token, bias in params.logit_bias:
+                self._bias[token] += bias
         if self._counts is not None:
             for t in list(history)[-params.penalty_last_n:]:
                 self.accept(t)
@@ -77,7 +86,8 @@ class Sampler:
     def sample(self, logits):
         """Pick a token from one row of logits (a numpy float32 view)."""
         p = self.params
-        x = self._penalize(logits) if self._counts is not None else logits
+        x = logits + self._bias if self._bias is not None else logits
+        x = self._penalize(x) if self._counts is not None else x
         if p.greedy:
             return int(np.argmax(x))
         # Candidate set: top-k (or all), sorted by logit only when top-p needs the order.
@@ -86,6 +96,8 @@ class Sampler:
         else:
             idx = None
         cand = x[idx] if idx is not None else np.asarray(x, dtype=np.float32)
+        if 0 < p.typical_p < 1:
+            cand, idx = typical(cand, idx, p.typical_p)
         if 0 < p.top_p < 1 or 0 < p.min_p:
             order = np.argsort(-cand, kind="stable")
             cand = cand[order]
@@ -104,3 +116,20 @@ class Sampler:
         r = self.rng.random() * cdf[-1]          # the one draw for this token
         j = min(int(np.searchsorted(cdf, r, side="right")), len(cdf) - 1)
         return int(idx[j]) if idx is not None else j
+
+
+def typical(cand, idx, p):
+    """Locally typical sampling, as llama.cpp's ``typ_p`` stage: keep the candidates whose
+    surprise ``-log p`` is closest to the distribution's entropy until their probability
+    adds up to more than ``p``. Returns the kept logits and their token ids (``idx``
+    None = the candidates are the whole vocabulary in order). Deterministic: no draw."""
+    z = cand.astype(np.float64) - cand.max()
+    probs = np.exp(z)
+    probs /= probs.sum()
+    logp = np.log(np.maximum(probs, 1e-300))
+    entropy = -(probs * logp).sum()
+    order = np.argsort(np.abs(-logp - entropy), kind="stable")
+    keep = int(np.searchsorted(np.cumsum(probs[order]), p, side="right")) + 1
+    order = order[:min(keep, len(order))]
+    ids = order if idx is None else idx[order]
+    return cand[order], ids

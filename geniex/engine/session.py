@@ -97,6 +97,7 @@ class Session:
                     "one-row decodes split attention per thread once 512 tokens are cached, so speculative "
                     "output is bitwise plain output only below that (use the default q8_0 cache, or --threads 1)")
         self.batch = Batch(N_BATCH)
+        self._embd = None                # the embeddings context, made on first use
         self._warm_up()
         # Moving between thread counts keeps every bit of the logits only with a cache type
         # whose one-row decodes take the same path on any number of threads.
@@ -163,10 +164,21 @@ class Session:
                               "conversation")
         return tokens
 
-    def generate(self, prompt_tokens, opts, cancel=None, speculative=True):
-        """Start answering; returns a :class:`Generation` to iterate."""
+    def generate(self, prompt_tokens, opts, cancel=None, speculative=True, progress=None):
+        """Start answering; returns a :class:`Generation` to iterate. ``progress(total,
+        cached, processed)`` hears how far the prompt's decoding got."""
         drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
-        return Generation(self, prompt_tokens, opts, drafter, cancel)
+        return Generation(self, prompt_tokens, opts, drafter, cancel, progress)
+
+    def embeddings_context(self):
+        """A context on the same weights that outputs pooled embeddings (the model's own
+        pooling), made on first use: one batch of :data:`N_BATCH` rows holds an input."""
+        if self._embd is None:
+            self._embd = Context(self.model, n_ctx=N_BATCH, n_batch=N_BATCH, n_ubatch=N_BATCH,
+                                 n_threads=self.threads, n_threads_batch=self.threads_batch,
+                                 type_k=self.options.cache_type_k, type_v=self.options.cache_type_v,
+                                 embeddings=True)
+        return self._embd
 
     def run(self, task, cancel=None):
         """Run a server task (:mod:`geniex.engine.tasks`) on this session: its events."""
@@ -182,6 +194,9 @@ class Session:
         if self.drafter is not None:
             self.drafter.close()
             self.drafter = None
+        if getattr(self, "_embd", None) is not None:
+            self._embd.close()
+            self._embd = None
         if getattr(self, "ctx", None) is not None:
             self.ctx.close()
         if getattr(self, "model", None) is not None:
@@ -224,14 +239,14 @@ def _wants_bundled_nextn(header, spec):
 class Generation:
     """One answer in progress: iterate for :class:`~geniex.engine.loop.Step` records."""
 
-    def __init__(self, session, prompt_tokens, opts, drafter, cancel):
+    def __init__(self, session, prompt_tokens, opts, drafter, cancel, progress=None):
         self.session = session
         self.stats = Stats(spec_types=tuple(session.options.spec.types) if drafter is not NO_DRAFTER else ())
         self.tokens = []
         self._parts = []
         self._steps = loop.steps(session.ctx, session.vocab, session.kv, session.batch, prompt_tokens,
                                  opts, drafter, cancel, self.stats,
-                                 session.policy if drafter is not NO_DRAFTER else loop.FIXED)
+                                 session.policy if drafter is not NO_DRAFTER else loop.FIXED, progress)
 
     def __iter__(self):
         for step in self._steps:

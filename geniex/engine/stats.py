@@ -24,6 +24,8 @@ class Stats:
     draft_time: float = 0.0
     verify_time: float = 0.0
     spec_types: tuple = ()        # drafting methods in use ('' when plain)
+    # per drafting method: [verify steps with its draft, drafted, accepted, accept_hist]
+    by_method: dict = field(default_factory=dict)
 
     @property
     def prompt_speed(self):
@@ -38,11 +40,13 @@ class Stats:
     def accept_rate(self):
         return self.accepted / self.drafted if self.drafted else 0.0
 
-    def record_step(self, drafted, accepted, draft_time=0.0, verify_time=0.0, elapsed=None, offered=0):
+    def record_step(self, drafted, accepted, draft_time=0.0, verify_time=0.0, elapsed=None, offered=0,
+                    method=""):
         """Count one verify step that checked ``drafted`` tokens and kept ``accepted``, of
         ``offered`` the drafter proposed; ``elapsed`` (seconds since the request started)
         is given when the step committed answer tokens, and the first one is the time to
-        first token."""
+        first token. ``method`` names the drafter whose draft was verified (the
+        per-method counters of the server's /metrics)."""
         self.steps += 1
         self.offered += offered
         if offered and not drafted:
@@ -54,9 +58,13 @@ class Stats:
         self.drafted += drafted
         self.accepted += accepted
         if drafted:
-            while len(self.accept_hist) <= accepted:
-                self.accept_hist.append(0)
-            self.accept_hist[accepted] += 1
+            _count(self.accept_hist, accepted)
+            if method:
+                mine = self.by_method.setdefault(method, [0, 0, 0, []])
+                mine[0] += 1
+                mine[1] += drafted
+                mine[2] += accepted
+                _count(mine[3], accepted)
 
     def finish(self, generated, stop, t_decode, t_start):
         """Close the answer: its token count, stop reason and times (perf_counter starts)."""
@@ -79,3 +87,10 @@ class Stats:
             "verify_time": self.verify_time, "prompt_speed": self.prompt_speed,
             "decode_speed": self.decode_speed, "spec_types": list(self.spec_types),
         }
+
+
+def _count(hist, n):
+    """``hist[n] += 1``, growing the list as needed."""
+    while len(hist) <= n:
+        hist.append(0)
+    hist[n] += 1

@@ -7,37 +7,127 @@ run. Tasks and events are plain picklable dataclasses, so a run can as well happ
 another process that owns the model, with only tasks going in and events coming out.
 
 A run yields :class:`Piece` events as the answer is committed (the text a step
-released and its tokens), then one :class:`Done` with the answer's statistics.
+released and its tokens), then one :class:`Done` with the answer's statistics; with
+``progress`` a task first yields :class:`Progress` events as its prompt is decoded.
+Tasks that answer at once (tokenize, templates, embeddings, the model's properties)
+yield one :class:`Result` with plain data, then :class:`Done`.
 Errors are raised as :class:`~geniex.errors.GenieXError` subclasses before the first
 event where they concern the request (a prompt that does not fit, a template that
 refuses the conversation), so a caller can still answer with an error status.
 """
+import dataclasses
+import time
 from dataclasses import dataclass, field
 
+from geniex.engine import embedding
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.stats import Stats
-from geniex.errors import UsageError
+from geniex.errors import GenieXError, Unsupported, UsageError
+from geniex.llama import api
+
+
+@dataclass
+class Streaming:
+    """What a decoding task reports besides its text (llama.cpp's request fields)."""
+
+    speculative: bool = True             # draft with the session's drafters (if any)
+    progress: bool = False               # Progress events while the prompt is decoded
+    timings_per_token: bool = False      # running timings on every Piece
 
 
 @dataclass
 class ChatTask:
-    """Answer a conversation through the model's chat template."""
+    """Answer a conversation through the model's chat template. With ``continue_final``
+    the last (assistant) message is continued rather than answered (llama.cpp's
+    assistant prefill)."""
 
     messages: list                       # [{"role", "content", ...}] as the template takes them
     options: GenOptions = field(default_factory=GenOptions)
     tools: list | None = None            # OpenAI tool definitions, for templates that render them
     template_kwargs: dict | None = None  # more template variables (chat_template_kwargs)
     keep_cache: bool = False             # reuse the KV cache of the previous answer's prefix
+    continue_final: bool = False
+    add_generation_prompt: bool = True   # end the prompt where the assistant's answer starts
+    streaming: Streaming = field(default_factory=Streaming)
 
 
 @dataclass
 class CompletionTask:
-    """Continue a raw prompt (no template); never drafts."""
+    """Continue a raw prompt (no template). ``/v1/completions`` never drafts; llama.cpp's
+    ``/completion`` does when the model has drafters (``streaming.speculative``)."""
 
     prompt: str | list                   # text, or token ids
     options: GenOptions = field(default_factory=GenOptions)
     keep_cache: bool = False
+    streaming: Streaming = field(default_factory=lambda: Streaming(speculative=False))
+
+
+@dataclass
+class InfillTask:
+    """Fill in the middle: the model's FIM tokens around ``prefix`` and ``suffix``, with
+    ``extra`` files (``[{"filename", "text"}]``) before them and ``prompt`` after the
+    middle token, laid out as llama.cpp's server does (``format_prompt_infill``)."""
+
+    prefix: str = ""
+    suffix: str = ""
+    prompt: str = ""
+    extra: list = field(default_factory=list)
+    options: GenOptions = field(default_factory=GenOptions)
+    keep_cache: bool = False
+    streaming: Streaming = field(default_factory=Streaming)
+
+
+@dataclass
+class TokenizeTask:
+    """Text (or a list mixing text and token ids) -> token ids, optionally with pieces."""
+
+    content: str | list
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+@dataclass
+class DetokenizeTask:
+    """Token ids -> text."""
+
+    tokens: list
+
+
+@dataclass
+class TemplateTask:
+    """The prompt text the chat template makes of a conversation (``/apply-template``)."""
+
+    messages: list
+    tools: list | None = None
+    template_kwargs: dict | None = None
+    continue_final: bool = False
+    add_generation_prompt: bool = True
+
+
+@dataclass
+class PropsTask:
+    """What the loaded model is: path, context, template, special tokens (``/props``)."""
+
+
+@dataclass
+class EmbedTask:
+    """Embeddings of each input (text or token ids) with the model's declared pooling;
+    ``normalize`` as llama.cpp's ``embd_normalize``; ``pooled_only`` refuses pooling
+    ``none`` (OpenAI's endpoint wants one vector per input)."""
+
+    inputs: list
+    normalize: int = 2
+    pooled_only: bool = False
+
+
+@dataclass
+class RerankTask:
+    """Relevance scores of ``documents`` for ``query`` from a reranking model."""
+
+    query: str
+    documents: list
 
 
 @dataclass
@@ -47,55 +137,275 @@ class ForgetDrafts:
 
 @dataclass
 class Piece:
-    """Text released by one step of the loop, and the answer tokens it committed."""
+    """Text released by one step of the loop, and the answer tokens it committed;
+    ``timings`` (llama.cpp's names, so far) when the task asked for them per token."""
 
     text: str
     tokens: list
+    timings: dict | None = None
+
+
+@dataclass
+class Progress:
+    """How far the prompt's decoding got (llama.cpp's ``prompt_progress``)."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+    timings: dict | None = None          # with timings_per_token (llama.cpp sends both)
+
+
+@dataclass
+class Result:
+    """The answer of a task that does not decode an answer: plain JSON-able data."""
+
+    data: object
 
 
 @dataclass
 class Done:
-    """The end of a run: the answer's statistics (empty for a task that answers nothing)."""
+    """The end of a run: the answer's statistics (empty for a task that answers nothing)
+    and the logit biases it sampled with (token ids; ``ignore_eos`` included)."""
 
     stats: Stats = field(default_factory=Stats)
+    logit_bias: tuple = ()
 
 
 def run(session, task, cancel=None):
     """Run ``task`` on ``session`` (a :class:`~geniex.engine.session.Session`), yielding
     events; ``cancel()`` turning true ends an answer at its next step."""
-    if isinstance(task, ChatTask):
-        yield from _chat(session, task, cancel)
-    elif isinstance(task, CompletionTask):
-        yield from _complete(session, task, cancel)
-    elif isinstance(task, ForgetDrafts):
+    kind = type(task)
+    if kind is ForgetDrafts:
         session.reset(drafts=True)
         yield Done()
-    else:
+        return
+    handler = _HANDLERS.get(kind)
+    if handler is None:
         raise TypeError(f"not a task: {task!r}")
+    if kind in _DECODING:
+        yield from handler(session, task, cancel)
+    else:
+        yield Result(handler(session, task))
+        yield Done()
 
 
+# -- answers ----------------------------------------------------------------------------
 def _chat(session, task, cancel):
-    if not task.keep_cache:
-        session.reset()
-    prompt = template_for(session.model).render(task.messages, tools=task.tools, extra=task.template_kwargs)
+    prompt = _render(session, task)
     tokens = session.tokenize_prompt(prompt)
-    yield from _answer(session.generate(tokens, task.options, cancel=cancel))
+    yield from _decode(session, task, tokens, cancel)
 
 
 def _complete(session, task, cancel):
-    if not task.keep_cache:
-        session.reset()
     if isinstance(task.prompt, str):
         tokens = session.vocab.tokenize(task.prompt, add_special=session.vocab.add_bos)
     else:
-        tokens = list(task.prompt)
+        tokens = _token_ids(session, task.prompt, "prompt")
     if not tokens:
-        raise UsageError("prompt: the prompt is empty")
-    yield from _answer(session.generate(tokens, task.options, cancel=cancel, speculative=False))
+        raise UsageError("prompt: the prompt is empty", param="prompt")
+    yield from _decode(session, task, tokens, cancel)
 
 
-def _answer(generation):
+def _infill(session, task, cancel):
+    vocab = session.vocab
+    fim = vocab.fim
+    if min(fim["pre"], fim["suf"], fim["mid"]) < 0:
+        raise Unsupported(f"{session.name} has no fill-in-the-middle tokens (its GGUF declares no "
+                          "tokenizer.ggml.fim_pre/suf/mid_token_id and its vocabulary has none llama.cpp "
+                          "recognises), so it cannot answer /infill")
+    tokenize = lambda text: vocab.tokenize(text, add_special=False, parse_special=False)
+    extra = []
+    if fim["rep"] >= 0 and task.extra:
+        extra = [fim["rep"], *tokenize("myproject\n")]
+        for chunk in task.extra:
+            extra += [fim["sep"] if fim["sep"] >= 0 else fim["rep"], *tokenize(chunk.get("filename") or "tmp"),
+                      *tokenize("\n" + (chunk.get("text") or ""))]
+        extra += [fim["sep"] if fim["sep"] >= 0 else fim["rep"], *tokenize("filename\n")]
+    prefix = [fim["pre"], *tokenize(task.prefix)]
+    suffix = [fim["suf"], *tokenize(task.suffix)]
+    tokens = ([vocab.bos] if vocab.add_bos and vocab.bos >= 0 else []) + extra + prefix + suffix + \
+        [fim["mid"], *tokenize(task.prompt)]
+    yield from _decode(session, task, tokens, cancel)
+
+
+def _decode(session, task, tokens, cancel):
+    """The loop over ``tokens`` for a decoding task: Progress, Piece and Done events."""
+    if not task.keep_cache:
+        session.reset()
+    options = _sampling_for(task.options, session)
+    streaming = task.streaming
+    t0 = time.perf_counter()
+    reports = []
+
+    def report(total, cache, done):
+        ms = (time.perf_counter() - t0) * 1000
+        timings = None
+        if streaming.timings_per_token:
+            timings = {"cache_n": cache, "prompt_n": done - cache, "prompt_ms": ms if done > cache else 0.0,
+                       "prompt_per_second": (done - cache) / ms * 1000 if done > cache and ms > 0 else 0.0,
+                       "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_second": 0.0}
+        reports.append(Progress(total, cache, done, ms, timings))
+
+    generation = session.generate(tokens, options, cancel=cancel, speculative=streaming.speculative,
+                                  progress=report if streaming.progress else None)
+    produced = 0
     for step in generation:
+        yield from reports
+        reports.clear()
         if step.text or step.committed:
-            yield Piece(step.text, step.committed)
-    yield Done(generation.stats)
+            produced += len(step.committed)
+            timings = _running(generation.stats, produced, t0) if streaming.timings_per_token else None
+            yield Piece(step.text, step.committed, timings)
+    yield from reports
+    yield Done(generation.stats, options.sampling.logit_bias if options.sampling is not None else ())
+
+
+def _sampling_for(options, session):
+    """The sampling settings with ``logit_bias`` keys as token ids (a text key biases
+    each of its tokens, as llama.cpp) and ``ignore_eos`` as a -inf bias on the
+    end-of-generation tokens (as llama.cpp)."""
+    sampling = options.sampling
+    if sampling is None or not (sampling.logit_bias or sampling.ignore_eos):
+        return options
+    vocab = session.vocab
+    bias = []
+    for key, value in sampling.logit_bias:
+        tokens = vocab.tokenize(key, add_special=False, parse_special=False) if isinstance(key, str) else [key]
+        bias += [(t, value) for t in _token_ids(session, tokens, "logit_bias")]
+    if sampling.ignore_eos:
+        bias += [(t, float("-inf")) for t in sorted(vocab.eog)]
+    return dataclasses.replace(options, sampling=dataclasses.replace(sampling, logit_bias=tuple(bias)))
+
+
+def _running(stats, produced, t0):
+    """llama.cpp's ``timings`` so far, for ``timings_per_token``."""
+    now = (time.perf_counter() - t0) * 1000
+    prompt_ms = stats.prompt_time * 1000
+    predicted_ms = max(now - prompt_ms, 1e-6)
+    n = stats.prompt_tokens - stats.prompt_reused
+    return {"cache_n": stats.prompt_reused, "prompt_n": n, "prompt_ms": prompt_ms,
+            "prompt_per_second": n / prompt_ms * 1000 if prompt_ms > 0 else 0.0,
+            "predicted_n": produced, "predicted_ms": predicted_ms,
+            "predicted_per_second": produced / predicted_ms * 1000,
+            "draft_n": stats.drafted, "draft_n_accepted": stats.accepted}
+
+
+# -- answers at once --------------------------------------------------------------------
+def _tokenize(session, task):
+    vocab = session.vocab
+    if isinstance(task.content, str):
+        tokens = vocab.tokenize(task.content, add_special=task.add_special, parse_special=task.parse_special)
+    else:
+        tokens = []
+        for i, part in enumerate(task.content):
+            if isinstance(part, str):
+                tokens += vocab.tokenize(part, add_special=task.add_special and i == 0,
+                                         parse_special=task.parse_special)
+            else:
+                tokens += _token_ids(session, [part], "content")
+    if not task.with_pieces:
+        return {"tokens": tokens}
+    out = []
+    for t in tokens:
+        raw = vocab.piece(t)
+        try:
+            piece = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)            # not text on its own: its bytes, as llama.cpp gives them
+        out.append({"id": t, "piece": piece})
+    return {"tokens": out}
+
+
+def _detokenize(session, task):
+    return {"content": session.vocab.detokenize(_token_ids(session, task.tokens, "tokens"))}
+
+
+def _template(session, task):
+    return {"prompt": _render(session, task)}
+
+
+def _props(session, task):
+    model, vocab = session.model, session.vocab
+    pooling = embedding.declared_pooling(model)
+    return {
+        "model_path": str(model.path), "n_ctx": session.ctx.n_ctx, "n_ctx_train": model.n_ctx_train,
+        "n_vocab": vocab.n_tokens, "n_embd": model.n_embd, "n_params": model.n_params,
+        "size": model.size_bytes, "description": model.describe(),
+        "chat_template": model.chat_template() or "",
+        "bos_token": vocab.detokenize([vocab.bos]) if vocab.bos >= 0 else "",
+        "eos_token": vocab.detokenize([vocab.eos]) if vocab.eos >= 0 else "",
+        "fim": min(vocab.fim["pre"], vocab.fim["suf"], vocab.fim["mid"]) >= 0,
+        "pooling": None if pooling is None else api.POOLING_NAMES.get(pooling, str(pooling)),
+        "speculative": session.speculative, "spec_types": list(session.options.spec.types),
+    }
+
+
+def _embed(session, task):
+    pooling = embedding.require_pooling(session.model, session.name)
+    if task.pooled_only and pooling == api.LLAMA_POOLING_TYPE_NONE:
+        raise UsageError(f"{session.name} declares pooling none (a vector per token), which OpenAI's "
+                         "embeddings endpoint cannot return; use /embeddings", param="input")
+    ctx = session.embeddings_context()
+    out = []
+    for i, item in enumerate(task.inputs):
+        field_name = f"input[{i}]" if len(task.inputs) > 1 else "input"
+        if isinstance(item, str):
+            tokens = session.vocab.tokenize(item, add_special=True, parse_special=True)
+        else:
+            tokens = _token_ids(session, item, field_name)
+        vecs = embedding.vectors(ctx, session.batch, tokens, session.model.n_embd, field_name)
+        out.append({"embedding": [embedding.normalize(v, task.normalize).tolist() for v in vecs],
+                    "tokens": len(tokens)})
+    return {"data": out, "pooling": api.POOLING_NAMES.get(pooling, str(pooling))}
+
+
+def _rerank(session, task):
+    embedding.require_rank(session.model, session.name)
+    vocab = session.vocab
+    ctx = session.embeddings_context()
+    sep = vocab.eos
+    query = vocab.tokenize(task.query, add_special=False, parse_special=False)
+    out = []
+    for i, doc in enumerate(task.documents):
+        # llama.cpp's layout without a rerank template: [BOS]query[EOS][SEP]doc[EOS]
+        tokens = ([vocab.bos] if vocab.bos >= 0 else []) + query + [vocab.eos, sep] + \
+            vocab.tokenize(doc, add_special=False, parse_special=False) + [vocab.eos]
+        vec = embedding.vectors(ctx, session.batch, tokens, session.model.n_cls_out, f"documents[{i}]")[0]
+        out.append({"index": i, "relevance_score": float(vec[0]), "tokens": len(tokens)})
+    return {"results": out}
+
+
+# -- shared pieces ----------------------------------------------------------------------
+def _render(session, task):
+    """The prompt text of a chat or template task's messages; with ``continue_final`` it
+    ends with the last (assistant) message's text, so the answer continues it."""
+    template = template_for(session.model)
+    messages = task.messages
+    if not task.continue_final:
+        return template.render(messages, add_assistant=task.add_generation_prompt, tools=task.tools,
+                               extra=task.template_kwargs)
+    text = template.render(messages, add_assistant=False, tools=task.tools, extra=task.template_kwargs)
+    last = messages[-1].get("content") or ""
+    cut = text.rfind(last) if last else -1
+    if cut < 0:
+        raise GenieXError("the chat template does not show the final assistant message as it was sent, "
+                          "so it cannot be continued", param="messages")
+    return text[:cut + len(last)]
+
+
+def _token_ids(session, tokens, field_name):
+    """Token ids from a request, checked against the vocabulary (an id out of range would
+    make the library read outside its tables)."""
+    n = session.vocab.n_tokens
+    for i, t in enumerate(tokens):
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < n:
+            raise UsageError(f"{field_name}[{i}]: {t!r} is not a token id of this model (0..{n - 1})",
+                             param=field_name)
+    return list(tokens)
+
+
+_HANDLERS = {ChatTask: _chat, CompletionTask: _complete, InfillTask: _infill, TokenizeTask: _tokenize,
+             DetokenizeTask: _detokenize, TemplateTask: _template, PropsTask: _props, EmbedTask: _embed,
+             RerankTask: _rerank}
+_DECODING = (ChatTask, CompletionTask, InfillTask)

@@ -33,6 +33,14 @@ GGML_BACKEND_DEVICE_TYPE_CPU = 0
 GGML_BACKEND_DEVICE_TYPE_GPU = 1
 GGML_BACKEND_DEVICE_TYPE_IGPU = 2
 GGML_BACKEND_DEVICE_TYPE_ACCEL = 3
+# enum llama_pooling_type (UNSPECIFIED = the model's own, from {arch}.pooling_type)
+LLAMA_POOLING_TYPE_UNSPECIFIED = -1
+LLAMA_POOLING_TYPE_NONE = 0
+LLAMA_POOLING_TYPE_MEAN = 1
+LLAMA_POOLING_TYPE_CLS = 2
+LLAMA_POOLING_TYPE_LAST = 3
+LLAMA_POOLING_TYPE_RANK = 4      # a reranker's classification head
+POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
 
 class llama_model_params(Structure):
@@ -171,6 +179,7 @@ FUNCTIONS = {
     "llama_model_size": (ctypes.c_uint64, [c_void_p]),
     "llama_model_n_params": (ctypes.c_uint64, [c_void_p]),
     "llama_model_chat_template": (c_char_p, [c_void_p, c_char_p]),  # NULL = none
+    "llama_model_n_cls_out": (c_uint32, [c_void_p]),     # a classifier head's outputs (rerank)
     "llama_model_meta_val_str": (c_int32, [c_void_p, c_char_p, c_char_p, c_size_t]),
     # tmpl NULL = chatml; returns the formatted length (more than the buffer: call again
     # with a larger one), or -1 for a template the library does not recognise
@@ -187,6 +196,13 @@ FUNCTIONS = {
     "llama_vocab_get_add_bos": (c_bool, [c_void_p]),
     "llama_vocab_get_add_eos": (c_bool, [c_void_p]),
     "llama_vocab_get_text": (c_char_p, [c_void_p, llama_token]),
+    # fill-in-the-middle tokens (-1 = the vocabulary has none)
+    "llama_vocab_fim_pre": (llama_token, [c_void_p]),
+    "llama_vocab_fim_suf": (llama_token, [c_void_p]),
+    "llama_vocab_fim_mid": (llama_token, [c_void_p]),
+    "llama_vocab_fim_pad": (llama_token, [c_void_p]),
+    "llama_vocab_fim_rep": (llama_token, [c_void_p]),
+    "llama_vocab_fim_sep": (llama_token, [c_void_p]),
     # returns the number of tokens, or minus the number needed when n_tokens_max is too small
     "llama_tokenize": (c_int32, [c_void_p, c_char_p, c_int32, POINTER(llama_token), c_int32,
                                  c_bool, c_bool]),
@@ -206,6 +222,12 @@ FUNCTIONS = {
     # 0 ok, 1 no KV slot (context full), 2 aborted, -1 invalid batch, < -1 error
     "llama_decode": (c_int32, [c_void_p, llama_batch]),
     "llama_get_logits_ith": (POINTER(c_float), [c_void_p, c_int32]),
+    # -- embeddings (a context made with embeddings=true) --------------------------------
+    "llama_pooling_type": (c_int, [c_void_p]),           # the context's (the model's unless overridden)
+    # one sequence's pooled vector (n_embd floats; n_cls_out scores for RANK); NULL for NONE
+    "llama_get_embeddings_seq": (POINTER(c_float), [c_void_p, llama_seq_id]),
+    # output row i's vector (pooling NONE)
+    "llama_get_embeddings_ith": (POINTER(c_float), [c_void_p, c_int32]),
     "llama_get_memory": (c_void_p, [c_void_p]),
     "llama_memory_clear": (None, [c_void_p, c_bool]),
     # remove positions [p0, p1) of a sequence (p1 < 0 = to the end)

@@ -17,13 +17,14 @@ def common_prefix(a, b, start=0):
     return i
 
 
-def prefill(ctx, batch, tokens, start, end, cancel=None):
+def prefill(ctx, batch, tokens, start, end, cancel=None, progress=None):
     """Decode ``tokens[start:end]`` in chunks of the context's batch size.
 
     Returns the batch row of the last decoded token (its output is on), or None when
     nothing was decoded. ``cancel()`` is checked before each chunk: a long prompt whose
     client went away stops there with :class:`~geniex.errors.Cancelled` (the positions
-    decoded so far are trimmed by the next :meth:`KvHistory.sync`).
+    decoded so far are trimmed by the next :meth:`KvHistory.sync`). ``progress(pos)`` is
+    called after each chunk with the positions now in the cache.
     """
     row = None
     pos = start
@@ -35,6 +36,8 @@ def prefill(ctx, batch, tokens, start, end, cancel=None):
         ctx.decode(batch.fill(tokens[pos:pos + n], pos))
         row = n - 1
         pos += n
+        if progress is not None:
+            progress(pos)
     return row
 
 

@@ -30,6 +30,9 @@ class Vocab:
         self.eos = lib.llama_vocab_eos(ptr)
         self.add_bos = bool(lib.llama_vocab_get_add_bos(ptr))
         self.add_eos = bool(lib.llama_vocab_get_add_eos(ptr))
+        # Fill-in-the-middle tokens (-1 where the vocabulary has none), for /infill.
+        self.fim = {name: getattr(lib, f"llama_vocab_fim_{name}")(ptr)
+                    for name in ("pre", "suf", "mid", "pad", "rep", "sep")}
         # End-of-generation ids, looked up once so the decode loop tests set membership.
         self.eog = frozenset(t for t in range(self.n_tokens) if lib.llama_vocab_is_eog(ptr, t))
         self._pieces = {}
@@ -118,6 +121,15 @@ class Model:
         raw = self._lib.llama_model_chat_template(self.ptr, None)
         return raw.decode("utf-8", "replace") if raw else None
 
+    @property
+    def n_params(self):
+        return int(self._lib.llama_model_n_params(self.ptr))
+
+    @property
+    def n_cls_out(self):
+        """Outputs of a classifier head (a reranker's scores); 0 without one."""
+        return int(self._lib.llama_model_n_cls_out(self.ptr))
+
     def n_layer_nextn(self):
         return self._lib.llama_model_n_layer_nextn(self.ptr)
 
@@ -181,7 +193,7 @@ class Context:
 
     def __init__(self, model, *, n_ctx, n_batch=512, n_ubatch=32, n_threads=1, n_threads_batch=1,
                  ctx_type=api.LLAMA_CONTEXT_TYPE_DEFAULT, other=None, n_seq_max=1, n_rs_seq=0,
-                 type_k=None, type_v=None):
+                 type_k=None, type_v=None, embeddings=False):
         self._lib = lib = model._lib
         self.model = model
         self.type_k, self.type_v = self._cache_types(model, other, type_k, type_v)
@@ -203,6 +215,8 @@ class Context:
         # (no device probe): "enabling flash_attn since it is required for quantized V cache".
         params.type_k, params.type_v = self.type_k, self.type_v
         params.ctx_other = other.ptr if other is not None else None
+        # An embeddings context outputs pooled vectors (the model's pooling) instead of logits.
+        params.embeddings = embeddings
         self.params = params
         library.recent_problems.clear()
         with library.native_stderr():
@@ -280,6 +294,21 @@ class Context:
                 self._views.clear()
             self._views[addr] = view
         return view
+
+    @property
+    def pooling_type(self):
+        """The context's pooling (api.LLAMA_POOLING_TYPE_*; the model's own by default)."""
+        return int(self._lib.llama_pooling_type(self.ptr))
+
+    def embedding(self, n, row=None):
+        """A copy of the last decode's embedding: sequence 0 pooled (``row`` None), or
+        output row ``row`` (pooling none); ``n`` floats."""
+        ptr = (self._lib.llama_get_embeddings_seq(self.ptr, 0) if row is None
+               else self._lib.llama_get_embeddings_ith(self.ptr, row))
+        if not ptr:
+            raise GenieXError(f"the context has no embedding for {'the sequence' if row is None else f'row {row}'}: "
+                              f"{library.last_problem()}")
+        return np.ctypeslib.as_array(ptr, shape=(n,)).copy()
 
     def trim(self, p0):
         """Forget KV positions >= p0 (rejected drafts, an edited conversation)."""

@@ -21,6 +21,7 @@ from geniex.errors import Cancelled, ContextLengthExceeded, GenieXError, ModelNo
 from geniex.llama.devices import chosen_names
 from geniex.speculative import options as spec_options
 from geniex.speculative.options import SpecOptions
+from geniex.server import llama_fields
 from geniex.server.cache import CacheKey
 from geniex.server.validation import ApiError
 
@@ -42,6 +43,7 @@ class Defaults:
     compute: str | None = None
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
+    n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
 
 
 def _get(body, field, default):
@@ -54,15 +56,19 @@ class Answer:
     a task run (:mod:`geniex.engine.tasks`).
 
     The first event is taken on creation, so a prompt that does not fit fails here,
-    while an HTTP status can still say so. :meth:`pieces` yields the text as it comes;
-    :meth:`close` (always called) hands the model to the next request.
+    while an HTTP status can still say so. :meth:`events` yields the answer's Piece
+    and Progress events (:meth:`pieces` its text) as they come; :meth:`close` (always
+    called) hands the model to the next request and counts the answer in the metrics.
     """
 
-    def __init__(self, lease, events, model, warnings):
+    def __init__(self, lease, events, model, warnings, metrics=None):
         self.lease = lease
         self.model = model
         self.warnings = warnings
         self.stats = None                       # the answer's Stats, once it is done
+        self.tokens = []                        # the answer's tokens so far
+        self.logit_bias = ()                    # as sampled: ((token, bias), ...)
+        self._metrics = metrics
         self._events = events
         try:
             self._first = next(events, None)
@@ -70,15 +76,25 @@ class Answer:
             lease.release()
             raise
 
-    def pieces(self):
-        """Printable text pieces until the answer ends (``stats`` is then set)."""
+    def events(self):
+        """Piece and Progress events until the answer ends (``stats`` is then set)."""
         event = self._first
         while event is not None:
             if isinstance(event, tasks.Done):
                 self.stats = event.stats
-            elif event.text:
-                yield event.text
+                self.logit_bias = event.logit_bias
+            elif isinstance(event, tasks.Progress):
+                yield event
+            elif event.text or event.tokens:
+                self.tokens.extend(event.tokens)
+                yield event
             event = next(self._events, None)
+
+    def pieces(self):
+        """Printable text pieces until the answer ends (``stats`` is then set)."""
+        for event in self.events():
+            if isinstance(event, tasks.Piece) and event.text:
+                yield event.text
 
     def text(self):
         """Consume the whole answer; returns its text."""
@@ -88,6 +104,8 @@ class Answer:
         """Hand the model to the next request (once), logging the answer's profile."""
         if self.stats is not None and not self.lease.released:
             log.info("%s: %s (stop: %s)", self.model, profile.line(self.stats), self.stats.stop_reason)
+            if self._metrics is not None:
+                self._metrics.record(self.stats)
         self.lease.release()
 
     def __enter__(self):
@@ -98,39 +116,94 @@ class Answer:
 
 
 class Answerer:
-    """Turns request bodies into :class:`Answer` objects (or a warm-up's None)."""
+    """Turns request bodies into :class:`Answer` objects (or a warm-up's None).
 
-    def __init__(self, store, cache, defaults=None, allow_paths=False, memory_budget=None):
+    ``default_model`` (``geniex serve --model``) answers a request that names no model,
+    or a name the store does not hold, as llama.cpp's server answers with its loaded
+    model whatever the request says (with a warning in the answer). Without it GenieX's
+    rules hold: a name the store does not hold is a 404 saying to pull it, and a request
+    that names no model gets the resident one (a 400 while none is loaded).
+    """
+
+    def __init__(self, store, cache, defaults=None, allow_paths=False, memory_budget=None,
+                 default_model=None, metrics=None):
         self.store = store
         self.cache = cache
         self.defaults = defaults or Defaults()
         self.allow_paths = allow_paths          # requests may name GGUF files by path
         self.memory_budget = memory_budget      # KV cache bytes (None: limits.default_budget())
+        self.default_model = default_model
+        self.metrics = metrics                  # a geniex.server.metrics.Metrics, or None
 
-    # -- the two routes --------------------------------------------------------------
+    # -- decoding routes -------------------------------------------------------------
     def chat(self, body, keep_cache, cancel):
-        """``/v1/chat/completions``: None for a warm-up (empty ``messages``), else an Answer."""
-        target = self._target(body["model"])
+        """A chat answer (``/v1/chat/completions``, ``/chat/completions``, and the
+        Responses and Messages APIs once they have made messages): None for a warm-up
+        (empty ``messages``), else an Answer."""
+        target, warnings = self.target(body)
         body = self._sized(body, target)
         spec = self._spec(body)
         if not body["messages"]:
             self._lease(body, target, spec, cancel).release()
             return None
-        messages, warnings = chat_messages(body["messages"], target, bool(spec.types))
-        task = tasks.ChatTask(messages, self._gen_options(body, _get(body, "max_completion_tokens",
-                                                                      _get(body, "max_tokens", CHAT_MAX_TOKENS))),
+        messages, dropped = chat_messages(body["messages"], target, bool(spec.types))
+        continue_final, add_prompt = continuation(body, messages)
+        task = tasks.ChatTask(messages, self._gen_options(body, CHAT_MAX_TOKENS),
                               tools=body.get("tools"), template_kwargs=body.get("chat_template_kwargs"),
-                              keep_cache=keep_cache)
-        return _start(self._lease(body, target, spec, cancel), task, cancel, target.name, warnings, "messages")
+                              keep_cache=keep_cache or body.get("cache_prompt") is True,
+                              continue_final=continue_final, add_generation_prompt=add_prompt,
+                              streaming=_streaming(body, True))
+        return self._start(self._lease(body, target, spec, cancel), task, cancel, target.name,
+                           warnings + dropped, "messages")
 
-    def complete(self, body, keep_cache, cancel):
-        """``/v1/completions``: the raw prompt, no template, no drafting."""
-        target = self._target(body["model"])
+    def complete(self, body, keep_cache, cancel, default_max=COMPLETION_MAX_TOKENS):
+        """A raw prompt, no template (``/v1/completions``, ``/completion``): text or token
+        ids. It drafts only when the request asks for speculation (``spec_type``)."""
+        target, warnings = self.target(body)
         body = self._sized(body, target)
-        prompt = body["prompt"] if isinstance(body["prompt"], str) else body["prompt"][0]
-        task = tasks.CompletionTask(prompt, self._gen_options(body, _get(body, "max_tokens", COMPLETION_MAX_TOKENS)),
-                                    keep_cache=keep_cache)
-        return _start(self._lease(body, target, None, cancel), task, cancel, target.name, [], "prompt")
+        spec = self._spec(body) if body.get("spec_type") else None
+        task = tasks.CompletionTask(one_prompt(body.get("prompt"), "prompt"),
+                                    self._gen_options(body, default_max),
+                                    keep_cache=keep_cache or body.get("cache_prompt") is True,
+                                    streaming=_streaming(body, spec is not None))
+        return self._start(self._lease(body, target, spec, cancel), task, cancel, target.name, warnings, "prompt")
+
+    def infill(self, body, keep_cache, cancel):
+        """``/infill``: fill in the middle with the model's FIM tokens."""
+        target, warnings = self.target(body)
+        body = self._sized(body, target)
+        spec = self._spec(body) if body.get("spec_type") else None
+        prompt = body.get("prompt") or ""
+        task = tasks.InfillTask(prefix=body.get("input_prefix") or "", suffix=body.get("input_suffix") or "",
+                                prompt=prompt if isinstance(prompt, str) else "",
+                                extra=list(body.get("input_extra") or []),
+                                options=self._gen_options(body, CHAT_MAX_TOKENS),
+                                keep_cache=keep_cache or body.get("cache_prompt") is True,
+                                streaming=_streaming(body, spec is not None))
+        return self._start(self._lease(body, target, spec, cancel), task, cancel, target.name, warnings,
+                           "input_prefix")
+
+    # -- routes answered at once -------------------------------------------------------
+    def result(self, body, task, cancel=None):
+        """Run a task that answers at once (tokenize, templates, props, embeddings,
+        rerank) on the request's model: ``(data, model name, warnings)``. The resident
+        model serves whatever its load settings, unless the request sets some."""
+        target, warnings = self.target(body)
+        lease = self._lease(body, target, None, cancel, lenient=True)
+        try:
+            data = None
+            for event in lease.run(task, cancel):
+                if isinstance(event, tasks.Result):
+                    data = event.data
+            return data, target.name, warnings
+        except (UsageError, ContextLengthExceeded) as e:
+            raise _request_error(e, None) from None
+        finally:
+            lease.release()
+
+    def resident(self):
+        """The model a request without ``model`` gets: ``--model``, else the resident one."""
+        return self.default_model or self.cache.resident()
 
     # -- pieces ------------------------------------------------------------------------
     def resolve(self, name, param="model"):
@@ -147,6 +220,33 @@ class Answerer:
             message = f"{name}: {STORE_ONLY}"
         raise ApiError(404, message, param=param, code="model_not_found")
 
+    def target(self, body):
+        """The model a request is answered by and the warnings that go with it."""
+        name = body.get("model")
+        default = self.resident()
+        if not name:
+            if default is None:
+                raise ApiError(400, "model: required: name a stored model (see GET /v1/models), or start the "
+                               "server with --model NAME to answer requests that name none", param="model",
+                               code="model_required")
+            return self._runnable(self._resolve_default(default)), []
+        try:
+            return self._runnable(self.resolve(name)), []
+        except ApiError as e:
+            default = self.default_model
+            if default is None or e.status != 404 or name == default:
+                raise
+        log.info("model %r is not in the store; answering with %s", name, default)
+        return self._runnable(self._resolve_default(default)), [
+            f"model {name!r} is not in the store; answered by {default} (the server's default model)"]
+
+    def _resolve_default(self, name):
+        # The default model is the operator's (--model) or already loaded: a path is fine.
+        try:
+            return self.store.resolve(name, paths=True)
+        except GenieXError as e:
+            raise ApiError(404, f"the default model {name}: {e}", param="model", code="model_not_found") from None
+
     def _sized(self, body, target):
         """``body`` with the context size checked against the model's trained context and
         the memory budget (limits.context_size): a requested ``nctx`` beyond them is a
@@ -160,8 +260,8 @@ class Answerer:
             raise ApiError(400, str(e), param="nctx", code="invalid_value") from None
         return body if fitted == nctx else {**body, "nctx": fitted}
 
-    def _target(self, name):
-        target = self.resolve(name)
+    @staticmethod
+    def _runnable(target):
         # open_session refuses these too, but only after the resident model was freed.
         if target.runtime != "llama_cpp":
             raise ApiError(400, f"{target.name} is a {target.runtime} model; this server runs GGUF models "
@@ -194,7 +294,7 @@ class Answerer:
             raise ApiError(400, f"resolve draft model {name}: {e}", param="spec_draft_model",
                            code="invalid_value") from None
 
-    def _lease(self, body, target, spec, cancel=None):
+    def _lease(self, body, target, spec, cancel=None, lenient=False):
         d = self.defaults
         options = LoadOptions(nctx=_get(body, "nctx", d.nctx), ngl=_get(body, "ngl", d.ngl),
                               compute=_get(body, "compute", d.compute),
@@ -204,46 +304,115 @@ class Answerer:
         # ``spec=None`` in the key: a completion may use whatever drafter the resident
         # model has (it does not draft), rather than reloading the model without one.
         # Devices are compared as resolved, so "cpu" and an unset compute on a CPU-only
-        # library share the loaded model.
+        # library share the loaded model. ``lenient``: a request that sets no load field
+        # takes the resident model of that name as it is loaded.
         try:
             devices = chosen_names(options.compute)
         except GenieXError as e:
             raise ApiError(400, str(e), param="compute", code="invalid_value") from None
         key = CacheKey(target.name, options.nctx, options.ngl, devices,
-                       (options.cache_type_k, options.cache_type_v), None if spec is None else spec.key())
+                       (options.cache_type_k, options.cache_type_v), None if spec is None else spec.key(),
+                       any_load=lenient and not any(body.get(f) is not None for f in LOAD_FIELDS))
         return self.cache.lease(key, lambda: open_session(target, options), cancel)
 
-    @staticmethod
-    def _gen_options(body, max_tokens):
+    def _gen_options(self, body, default_max):
+        llama_fields.check_unsupported(body)
         stop = body.get("stop") or ()
         sampling = SamplingParams(
             temperature=_get(body, "temperature", 0.0), top_k=_get(body, "top_k", 0),
             top_p=_get(body, "top_p", 0.0), min_p=_get(body, "min_p", 0.0),
             repetition_penalty=_get(body, "repetition_penalty", 1.0),
             presence_penalty=_get(body, "presence_penalty", 0.0),
-            frequency_penalty=_get(body, "frequency_penalty", 0.0), seed=_get(body, "seed", 0))
-        return GenOptions(max_tokens=max_tokens, stop=(stop,) if isinstance(stop, str) else tuple(stop),
-                          sampling=sampling)
+            frequency_penalty=_get(body, "frequency_penalty", 0.0), seed=_get(body, "seed", 0),
+            logit_bias=llama_fields.logit_bias(body))
+        for name, value in llama_fields.sampling_fields(body).items():
+            setattr(sampling, name, value)
+        sampling = llama_fields.samplers(body, sampling)
+        nctx = _get(body, "nctx", self.defaults.nctx)
+        if sampling.penalty_last_n == -1:
+            sampling.penalty_last_n = nctx
+        if self.defaults.n_predict is not None:
+            default_max = nctx if self.defaults.n_predict < 0 else self.defaults.n_predict
+        return GenOptions(max_tokens=llama_fields.max_tokens(body, default_max, nctx),
+                          stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling)
+
+    def _start(self, lease, task, cancel, model, warnings, field):
+        """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
+        errors a request causes to their statuses; the lease is released on failure."""
+        try:
+            answer = Answer(lease, lease.run(task, cancel), model, warnings, self.metrics)
+            answer.task = task
+            return answer
+        except Cancelled as e:
+            log.info("%s: request cancelled (the client went away or the server is stopping) while its "
+                     "prompt was processed; stopped after %d of %d prompt tokens", model, e.done, e.total)
+            raise ApiError(503, f"the request was cancelled while its prompt was processed ({e})",
+                           code="request_cancelled") from None
+        except (ContextLengthExceeded, UsageError) as e:
+            raise _request_error(e, field) from None
 
 
-def _start(lease, task, cancel, model, warnings, field):
-    """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
-    errors a request causes to their statuses; the lease is released on failure."""
-    try:
-        return Answer(lease, lease.run(task, cancel), model, warnings)
-    except Cancelled as e:
-        log.info("%s: request cancelled (the client went away or the server is stopping) while its "
-                 "prompt was processed; stopped after %d of %d prompt tokens", model, e.done, e.total)
-        raise ApiError(503, f"the request was cancelled while its prompt was processed ({e})",
-                       code="request_cancelled") from None
-    except ContextLengthExceeded as e:
+LOAD_FIELDS = ("nctx", "ngl", "compute", "cache_type_k", "cache_type_v")
+
+
+def _request_error(e, field):
+    """An engine error a request caused -> its ApiError (llama.cpp's shape for a prompt
+    that does not fit: ``exceed_context_size_error`` with both counts)."""
+    if isinstance(e, ContextLengthExceeded):
         # The engine's message names the CLI flag; a request sets the field instead.
-        raise ApiError(400, str(e).replace("--nctx", "nctx"), param=field, code="context_length_exceeded") from None
-    except UsageError as e:
-        raise ApiError(400, str(e), param=e.param or field, code="invalid_value") from None
-    except BaseException:
-        lease.release()
-        raise
+        return ApiError(400, str(e).replace("--nctx", "nctx"), param=field, code="context_length_exceeded",
+                        type_="exceed_context_size_error",
+                        extra={"n_prompt_tokens": e.n_prompt_tokens, "n_ctx": e.n_ctx})
+    return ApiError(400, str(e), param=e.param or field, code="invalid_value")
+
+
+def _streaming(body, speculative):
+    """What a decoding task reports besides its text, from llama.cpp's stream fields."""
+    stream = bool(body.get("stream"))
+    return tasks.Streaming(speculative=speculative, progress=stream and body.get("return_progress") is True,
+                           timings_per_token=body.get("timings_per_token") is True)
+
+
+def one_prompt(prompt, field):
+    """A request's prompt as the engine takes it: text, or a list of token ids (also a
+    list holding one text or one token list, or a list mixing text and ids)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return prompt
+        if len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            return one_prompt(prompt[0], field)
+        raise ApiError(400, f"{field}: this server answers one prompt per request (got {len(prompt)})",
+                       param=field, code="invalid_value")
+    raise ApiError(400, f"{field}: expected a text, a list of token ids, or a list of one of them",
+                   param=field, code="invalid_value")
+
+
+def continuation(body, messages):
+    """``(continue_final, add_generation_prompt)`` as llama.cpp's server decides them: a
+    conversation ending with an assistant message is continued (assistant prefill);
+    two trailing assistant messages, or ``continue_final_message`` with
+    ``add_generation_prompt``, are refused."""
+    add_prompt = body.get("add_generation_prompt")
+    add_prompt = True if add_prompt is None else add_prompt
+    final = body.get("continue_final_message")
+    if not isinstance(add_prompt, bool) or (final is not None and not isinstance(final, bool)):
+        bad = "add_generation_prompt" if not isinstance(add_prompt, bool) else "continue_final_message"
+        raise ApiError(400, f"{bad}: expected a boolean", param=bad, code="invalid_value")
+    last_is_assistant = bool(messages) and messages[-1]["role"] == "assistant"
+    if final is None and last_is_assistant:
+        if len(messages) >= 2 and messages[-2]["role"] == "assistant":
+            raise ApiError(400, "messages: cannot have 2 or more assistant messages at the end of the list",
+                           param="messages", code="invalid_value")
+        return True, False
+    if final and add_prompt:
+        raise ApiError(400, "cannot set both add_generation_prompt and continue_final_message to true",
+                       param="continue_final_message", code="invalid_value")
+    if final and not last_is_assistant:
+        raise ApiError(400, "continue_final_message: the last message is not an assistant message",
+                       param="continue_final_message", code="invalid_value")
+    return bool(final), add_prompt
 
 
 def chat_messages(messages, target, speculative):

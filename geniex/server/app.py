@@ -1,6 +1,8 @@
 """The Flask application factory: ``create_app(config)``.
 
-One blueprint per area (``routes/chat``, ``routes/models``, ``routes/docs``), one error
+One blueprint per area (``routes/chat``: OpenAI's chat and completions; ``routes/native``:
+llama.cpp's own API; ``routes/embeddings``, ``routes/responses``, ``routes/messages``,
+``routes/models``, ``routes/spec``, ``routes/docs``), one error
 handler that maps every exception to OpenAI's error shape, and the guards of
 :mod:`geniex.server.guard` (Host, Origin, API key, CORS for listed origins only). The engine side lives in ``app.extensions["geniex.answerer"]``
 (an :class:`~geniex.server.answering.Answerer` with its model cache); whoever serves
@@ -16,7 +18,8 @@ from geniex import config as geniex_config
 from geniex.server import guard
 from geniex.server.answering import Answerer, Defaults
 from geniex.server.cache import ModelCache
-from geniex.server.routes import chat, docs, models, spec
+from geniex.server.metrics import Metrics
+from geniex.server.routes import chat, docs, embeddings, messages, models, native, responses, spec
 from geniex.server.validation import ApiError, as_api_error
 
 DEFAULT_MAX_BODY = 8 << 20      # bytes; `geniex serve --max-body`
@@ -44,7 +47,10 @@ class ServerConfig:
     max_body: int = DEFAULT_MAX_BODY   # request body bytes (413 above)
     max_queue: int = DEFAULT_MAX_QUEUE # requests waiting for the model (503 above)
     memory_budget: int | None = None   # KV cache bytes a context may take (None: limits' default)
-    bind_host: str = ""                # the address served on (also accepted as a Host)
+    bind_host: str = ""                # the address(es) served on (also accepted as Hosts; comma list)
+    model: str | None = None           # the default model (`geniex serve --model`)
+    metrics: bool = False              # GET /metrics (`--metrics`, off by default as in llama.cpp)
+    slots: bool = True                 # GET /slots (`--no-slots` turns it off, as in llama.cpp)
 
 
 def create_app(config=None, store=None):
@@ -59,10 +65,11 @@ def create_app(config=None, store=None):
     app.url_map.converters["anypath"] = AnyPathConverter
     app.config["GENIEX"] = config
     app.config["MAX_CONTENT_LENGTH"] = config.max_body
-    app.extensions["geniex.answerer"] = Answerer(store, ModelCache(config.keepalive, config.max_queue),
-                                                 config.defaults, allow_paths=config.allow_paths,
-                                                 memory_budget=config.memory_budget)
-    for module in (chat, models, spec, docs):
+    cache = ModelCache(config.keepalive, config.max_queue)
+    app.extensions["geniex.answerer"] = Answerer(store, cache, config.defaults, allow_paths=config.allow_paths,
+                                                 memory_budget=config.memory_budget, default_model=config.model,
+                                                 metrics=Metrics(cache))
+    for module in (chat, native, embeddings, responses, messages, models, spec, docs):
         app.register_blueprint(module.bp)
 
     @app.errorhandler(Exception)

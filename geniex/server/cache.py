@@ -56,6 +56,10 @@ class TurnLock:
                 self._cond.notify_all()    # the next in line may be free to go now
             return ok
 
+    def waiting(self):
+        with self._cond:
+            return len(self._queue)
+
     def try_acquire(self):
         """Take the turn only if it is free and nobody is waiting for it."""
         with self._cond:
@@ -82,10 +86,13 @@ class CacheKey:
     compute: tuple                   # device names as resolved (devices.chosen_names)
     cache_types: tuple               # (K, V) KV cache types
     spec: tuple | None
+    any_load: bool = False           # any resident of the same model will do (tokenize, props, ...)
 
     def satisfied_by(self, resident):
         if resident is None:
             return False
+        if self.any_load:
+            return self.model == resident.model
         same = (self.model, self.nctx, self.ngl, self.compute, self.cache_types) == \
                (resident.model, resident.nctx, resident.ngl, resident.compute, resident.cache_types)
         return same and (self.spec is None or self.spec == resident.spec)
@@ -188,6 +195,24 @@ class ModelCache:
             return session.name
         finally:
             self._turn.release()
+
+    def resident(self):
+        """The name of the resident model, or None."""
+        session = self._session
+        return session.name if session is not None else None
+
+    def resident_nctx(self):
+        """The resident model's context length, or None."""
+        key = self._key
+        return key.nctx if key is not None else None
+
+    def waiting(self):
+        """Requests waiting for the turn (llama.cpp's ``requests_deferred``)."""
+        return self._turn.waiting()
+
+    @property
+    def busy(self):
+        return self._busy
 
     def status(self):
         """What /health reports about the resident model."""

@@ -10,8 +10,9 @@ A local server is reachable by every web page the user opens, so by default:
   site other than this server) is refused unless that origin is listed in
   ``--origins``, so a page cannot post even the "simple" requests CORS lets through
   without a preflight. CORS headers are sent only for listed origins (none by default).
-- **API key** (``--api-key`` / ``GENIEX_API_KEY``): every ``/v1/`` request must carry
-  ``Authorization: Bearer <key>`` (compared in constant time); 401 in OpenAI's shape.
+- **API key** (``--api-key`` / ``GENIEX_API_KEY``): every request but the open pages
+  must carry ``Authorization: Bearer <key>`` or ``X-Api-Key: <key>`` (Anthropic's
+  header; compared in constant time); 401 ``authentication_error`` otherwise.
   The docs page, ``/openapi.json`` and ``/health`` stay open, so the Swagger page loads
   and its Authorize button takes the key.
 """
@@ -23,8 +24,8 @@ from flask import request
 
 from geniex.server.validation import ApiError
 
-CORS_HEADERS = "Content-Type, Authorization, GenieX-KeepCache"
-OPEN_PATHS = ("/", "/docs", "/openapi.json", "/health")
+CORS_HEADERS = "Content-Type, Authorization, X-Api-Key, GenieX-KeepCache"
+OPEN_PATHS = ("/", "/docs", "/openapi.json", "/health", "/v1/health")
 
 
 def split_list(text):
@@ -59,17 +60,31 @@ class Guard:
     def __init__(self, config):
         self.origins = split_list(config.origins)
         self.hosts = {host_name(h) for h in split_list(config.allowed_hosts)}
-        bind = host_name(config.bind_host) if config.bind_host else ""
-        if bind and bind not in ("0.0.0.0", "::"):
-            self.hosts.add(bind)
+        for bound in split_list(config.bind_host):
+            bind = host_name(bound) if ":" not in bound.strip("[]") else bound.strip("[]").lower()
+            if bind and bind not in ("0.0.0.0", "::"):
+                self.hosts.add(bind)
         self.key = (config.api_key or "").encode()
 
     def host_allowed(self, host):
         name = host_name(host)
         return "*" in self.hosts or is_loopback(name) or name in self.hosts
 
-    def origin_allowed(self, origin):
+    def listed(self, origin):
+        """Whether ``--origins`` lets ``origin`` in: ``*``; the origin itself
+        (``http://host:port``); a bare host name, any scheme and port
+        (``web.example.com``); or ``localhost``, any loopback origin (llama.cpp's forms)."""
         if "*" in self.origins or origin in self.origins:
+            return True
+        try:
+            host = urlsplit(origin if "://" in origin else "//" + origin).hostname or ""
+        except ValueError:
+            return False
+        return any(entry == host or (entry == "localhost" and is_loopback(host))
+                   for entry in self.origins if "://" not in entry)
+
+    def origin_allowed(self, origin):
+        if self.listed(origin):
             return True
         # The server's own pages (the Swagger UI) send their own origin.
         try:
@@ -89,9 +104,11 @@ class Guard:
         if request.method == "OPTIONS" or not self.key or self._open(request.path):
             return
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.key):
-            raise ApiError(401, "missing or incorrect API key: send `Authorization: Bearer <key>` (the "
-                           "server's --api-key / GENIEX_API_KEY)", code="invalid_api_key",
+        if scheme.lower() != "bearer":
+            given = request.headers.get("X-Api-Key", "")
+        if not hmac.compare_digest(given.strip().encode(), self.key):
+            raise ApiError(401, "missing or incorrect API key: send `Authorization: Bearer <key>` or "
+                           "`X-Api-Key: <key>` (the server's --api-key / GENIEX_API_KEY)", code="invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})
 
     @staticmethod
@@ -105,7 +122,7 @@ class Guard:
             return response
         if "*" in self.origins:
             response.headers["Access-Control-Allow-Origin"] = "*"
-        elif origin and origin in self.origins:
+        elif origin and self.listed(origin):
             response.headers["Access-Control-Allow-Origin"] = origin
             response.vary.add("Origin")
         else:

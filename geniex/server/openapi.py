@@ -22,6 +22,30 @@ ROUTES = [
     ("get", "/health", "Server status and the resident model", None, "Health", None),
     ("post", "/v1/spec/reset", "Forget what drafting learned from earlier answers (n-gram memory)",
      None, "SpecReset", None),
+    # llama.cpp's server API and the agents' APIs (docs/server.md)
+    ("post", "/chat/completions", "Chat, as /v1/chat/completions (llama.cpp's path without /v1)",
+     "ChatCompletionRequest", "ChatCompletion", "ChatCompletionChunk"),
+    ("post", "/completion", "llama.cpp's native completion (also /completions): text or token ids",
+     "CompletionRequest", "NativeCompletion", "NativeCompletion"),
+    ("post", "/infill", "Fill in the middle with the model's FIM tokens", "InfillRequest", "NativeCompletion",
+     "NativeCompletion"),
+    ("post", "/tokenize", "Text -> token ids", "TokenizeRequest", "Tokens", None),
+    ("post", "/detokenize", "Token ids -> text", "DetokenizeRequest", "Tokens", None),
+    ("post", "/apply-template", "The prompt the chat template makes of messages", "ChatCompletionRequest",
+     "Tokens", None),
+    ("get", "/props", "The loaded model's properties", None, "Props", None),
+    ("get", "/slots", "The one slot (501 with --no-slots)", None, "Slots", None),
+    ("get", "/metrics", "Prometheus metrics (501 without --metrics)", None, "MetricsText", None),
+    ("post", "/v1/embeddings", "Embeddings with the model's declared pooling (OpenAI's shape)",
+     "EmbeddingsRequest", "Embeddings", None),
+    ("post", "/embeddings", "Embeddings (llama.cpp's shape)", "EmbeddingsRequest", "Embeddings", None),
+    ("post", "/rerank", "Relevance scores from a reranking model", "RerankRequest", "Rerank", None),
+    ("post", "/v1/responses", "OpenAI's Responses API, on the chat path", "ResponsesRequest", "ResponseObject",
+     "ResponseObject"),
+    ("post", "/v1/messages", "Anthropic's Messages API, on the chat path", "MessagesRequest", "AnthropicMessage",
+     "AnthropicMessage"),
+    ("post", "/v1/messages/count_tokens", "Prompt tokens of a Messages request", "MessagesCountRequest",
+     "AnthropicMessage", None),
 ]
 
 DESCRIPTION = """\
@@ -79,6 +103,8 @@ def _json(ref):
 def _operation(summary, request_schema, response, streamed):
     op = {"summary": summary, "responses": {}}
     ok = {"description": "OK", "content": _json(response)}
+    if response == "MetricsText":
+        ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
     if response == "ChatCompletion":
         # A warm-up (empty ``messages``) loads the model and answers ``null``.
         ok["description"] = "OK (`null` for a warm-up: empty `messages`)"
@@ -119,7 +145,7 @@ def document():
             op.setdefault("parameters", []).append(
                 {"name": "model", "in": "path", "required": True, "schema": {"type": "string"},
                  "description": "`org/repo[:precision]`"})
-        if path in ("/health", "/v1/models", "/v1/spec/reset"):
+        if path in ("/health", "/v1/models", "/v1/spec/reset", "/props", "/slots", "/metrics"):
             op["responses"].pop("404")
         if path == "/health":           # open without the API key
             op["responses"].pop("401")

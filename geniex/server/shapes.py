@@ -5,7 +5,9 @@ import uuid
 
 from geniex import __version__, profile
 
-FINGERPRINT = f"geniex-{__version__}"
+# llama.cpp's server puts its build ("b11549-...") here, and its clients check for it:
+# the build of the library geniex drives, then geniex's own version.
+FINGERPRINT = f"b11549-geniex-{__version__}"
 
 # The loop's stop reasons -> OpenAI's finish_reason ("user" is a cancelled answer,
 # e.g. at shutdown: it ended on purpose, not for lack of room).
@@ -18,8 +20,9 @@ def finish_reason(stop):
     return _FINISH.get(stop, "stop")
 
 
-def new_id(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+def new_id(prefix, sep="-"):
+    """A fresh id: ``chatcmpl-<hex>``; the Responses and Messages APIs use ``_``."""
+    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
 
 
 def usage(stats):
@@ -67,10 +70,13 @@ def chat_completion(env, text, stats, warnings=()):
     return body
 
 
-def completion(env, text, stats):
+def completion(env, text, stats, warnings=()):
     """A whole ``text_completion``."""
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(stats.stop_reason)}
-    return env.wrap("text_completion", [choice], usage=usage(stats), timings=profile.timings(stats))
+    body = env.wrap("text_completion", [choice], usage=usage(stats), timings=profile.timings(stats))
+    if warnings:
+        body["warnings"] = list(warnings)
+    return body
 
 
 def chat_chunk(env, delta, finish=None, include_usage=False, stats=None, warnings=()):
@@ -86,6 +92,18 @@ def text_chunk(env, text, finish=None, include_usage=False, stats=None):
     ``timings``."""
     choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
     return env.wrap("text_completion", [choice], **_extras(include_usage, stats))
+
+
+def extras(event):
+    """The fields an engine event adds to its stream chunk: llama.cpp's
+    ``prompt_progress`` and per-token ``timings`` (when the request asked for them)."""
+    out = {}
+    if getattr(event, "timings", None) is not None:
+        out["timings"] = event.timings
+    if hasattr(event, "processed"):
+        out["prompt_progress"] = {"total": event.total, "cache": event.cache, "processed": event.processed,
+                                  "time_ms": event.time_ms}
+    return out
 
 
 def usage_chunk(env, obj, stats):

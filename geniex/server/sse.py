@@ -20,27 +20,38 @@ def encode(obj):
     return f"data: {data}\n\n".encode()
 
 
+def encode_named(pair):
+    """One event with a name: ``(name, obj)`` -> ``event: name`` and ``data: <json>``
+    (the Responses and Messages APIs name their events)."""
+    name, obj = pair
+    return f"event: {name}\ndata: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+
 class EventStream:
     """A response body of events that calls ``on_close`` exactly once: when the events
     run out, when the client goes away (the server closes the body), or when the body
     is never iterated at all. ``on_error(exc)`` turns a failure mid-stream into a last
-    event (an HTTP status can no longer be sent)."""
+    event (an HTTP status can no longer be sent). ``done`` ends the body with
+    ``data: [DONE]``; ``encode`` writes one event (default :func:`encode`)."""
 
-    def __init__(self, events, on_close, on_error):
+    def __init__(self, events, on_close, on_error, done=True, encode=None):
         self._events = events
         self._on_close = on_close
         self._on_error = on_error
+        self._done = done               # end with data: [DONE]
+        self._encode = encode or globals()["encode"]
         self._closed = False
 
     def __iter__(self):
         try:
             for obj in self._events:
-                yield encode(obj)
+                yield self._encode(obj)
         except Exception as e:          # noqa: BLE001 - reported to the client below
-            yield encode(self._on_error(e))
+            yield self._encode(self._on_error(e))
         finally:
             self.close()
-        yield encode(DONE)
+        if self._done:
+            yield encode(DONE)
 
     def close(self):
         if not self._closed:

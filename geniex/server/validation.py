@@ -20,7 +20,7 @@ from referencing import Registry, Resource
 from werkzeug.exceptions import HTTPException
 
 from geniex.errors import (ContextLengthExceeded, GenieXError, LibraryError, ModelLoadError,
-                           ModelNotFound, UsageError)
+                           ModelNotFound, Unsupported, UsageError)
 
 log = logging.getLogger("geniex.server")
 
@@ -36,24 +36,30 @@ def _schema_dir():
 
 SCHEMA_DIR = _schema_dir()
 
-_TYPES = {404: "not_found_error", 503: "service_unavailable_error"}
+# Error types by status, as llama.cpp's server names them where OpenAI has no name.
+_TYPES = {401: "authentication_error", 404: "not_found_error", 501: "not_supported_error",
+          503: "service_unavailable_error"}
 
 
 class ApiError(Exception):
-    """An error answer: HTTP status, message, and OpenAI's ``param`` / ``code``."""
+    """An error answer: HTTP status, message, and OpenAI's ``param`` / ``code``; ``type_``
+    overrides the type the status gives, ``extra`` adds fields (llama.cpp's
+    ``n_prompt_tokens`` / ``n_ctx`` for a prompt that does not fit)."""
 
-    def __init__(self, status, message, param=None, code=None, headers=None):
+    def __init__(self, status, message, param=None, code=None, headers=None, type_=None, extra=None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
         self.headers = dict(headers or {})     # e.g. Retry-After, Allow, WWW-Authenticate
+        self.type = type_ or _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+        self.extra = dict(extra or {})
 
     def body(self):
         """The JSON body in OpenAI's error shape."""
-        return {"error": {"message": self.message, "type": _TYPES.get(self.status, "invalid_request_error" if self.status < 500 else "server_error"),
-                          "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.extra}}
 
 
 @lru_cache(maxsize=None)
@@ -99,6 +105,14 @@ def validate(body, schema_name):
     raise ApiError(400, f"{param or 'body'}: {_explain(error)}", param=param or None, code="invalid_value")
 
 
+def validate_spec(body):
+    """Check a body's ``spec_*`` fields by the chat schema's rules (routes without a
+    schema of their own, or one that does not list them, take the same fields)."""
+    spec = {k: v for k, v in body.items() if isinstance(k, str) and k.startswith("spec_")}
+    if spec:
+        validate({**spec, "messages": []}, "chat_completions.request.json")
+
+
 def field_path(parts):
     """``["messages", 0, "role"]`` -> ``"messages[0].role"``."""
     text = ""
@@ -137,6 +151,7 @@ def _json_type(value):
 _STATUS = [
     (ModelNotFound, 404, "model_not_found"),
     (ContextLengthExceeded, 400, "context_length_exceeded"),
+    (Unsupported, 501, "not_supported"),
     (UsageError, 400, "invalid_value"),
     (ModelLoadError, 500, "model_load_failed"),
     (LibraryError, 500, "library_error"),

@@ -62,7 +62,10 @@ def test_openapi_document_follows_the_schema_files(server):
     for ref in re.findall(r"'\$ref': '([^']+)'", text):
         assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in components, ref
     assert set(doc["paths"]) == {"/v1/chat/completions", "/v1/completions", "/v1/models",
-                                 "/v1/models/{model}", "/health", "/v1/spec/reset"}
+                                 "/v1/models/{model}", "/health", "/v1/spec/reset", "/chat/completions",
+                                 "/completion", "/infill", "/tokenize", "/detokenize", "/apply-template",
+                                 "/props", "/slots", "/metrics", "/v1/embeddings", "/embeddings", "/rerank",
+                                 "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"}
 
 
 # -- the application factory, in process (no model is loaded by these) -------------------

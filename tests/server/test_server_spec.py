@@ -69,7 +69,7 @@ def test_draft_simple_with_itself_accepts_everything(server):
 def test_streamed_speculation_reports_acceptance_in_the_usage_chunk(server, plain):
     body = {**REPEAT, "spec_type": "ngram-mod", "spec_draft_policy": "fixed", "stream_options": {"include_usage": True}}
     events = server.stream("/v1/chat/completions", body)
-    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    text = "".join((e["choices"][0]["delta"].get("content") or "") for e in events if e["choices"])
     assert text == plain["choices"][0]["message"]["content"]
     usage = events[-1]["usage"]
     assert acceptance(usage)[0] > 0

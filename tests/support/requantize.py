@@ -48,6 +48,22 @@ def requantize(src, dst, qtype="q4_0", *, reuse=True):
     if reuse and dst.exists() and dst.stat().st_mtime >= src.stat().st_mtime:
         return dst
     target, file_type = TARGETS[qtype]
+
+    def tensor(t):
+        if t.tensor_type in SOURCE_TYPES and t.tensor_type != target:
+            return quantize(dequantize(t.data, t.tensor_type), target), target
+        return None
+
+    return rewrite(src, dst, {Keys.General.FILE_TYPE: int(file_type)}, tensor)
+
+
+def rewrite(src, dst, keys=None, tensor=None):
+    """Write ``dst``: ``src`` with the metadata ``keys`` set (``{name: value}``; new
+    integer keys are written as uint32, strings as strings) and each tensor replaced by
+    ``tensor(t)`` -> ``(data, type)`` where that returns one (else copied byte for byte).
+    Written under a temporary name and renamed; returns ``dst``."""
+    src, dst = Path(src), Path(dst)
+    keys = dict(keys or {})
     reader = GGUFReader(src)
     arch = reader.get_field(Keys.General.ARCHITECTURE).contents()
     tmp = dst.with_name(dst.name + ".part")
@@ -58,14 +74,17 @@ def requantize(src, dst, qtype="q4_0", *, reuse=True):
             continue
         vtype = field.types[0]
         sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
-        value = int(file_type) if field.name == Keys.General.FILE_TYPE else field.contents()
+        value = keys.pop(field.name) if field.name in keys else field.contents()
         writer.add_key_value(field.name, value, vtype, sub_type=sub)
-    if Keys.General.FILE_TYPE not in reader.fields:
-        writer.add_file_type(int(file_type))
+    for name, value in keys.items():            # keys the source does not have
+        if isinstance(value, str):
+            writer.add_key_value(name, value, GGUFValueType.STRING)
+        else:
+            writer.add_key_value(name, int(value), GGUFValueType.UINT32)
     for t in reader.tensors:
-        if t.tensor_type in SOURCE_TYPES and t.tensor_type != target:
-            data = quantize(dequantize(t.data, t.tensor_type), target)
-            writer.add_tensor(t.name, data, raw_dtype=target)
+        replaced = tensor(t) if tensor is not None else None
+        if replaced is not None:
+            writer.add_tensor(t.name, replaced[0], raw_dtype=replaced[1])
         else:
             # The reader's arrays are already in numpy order (bytes per row for quantized types).
             writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)

@@ -99,7 +99,7 @@ class Server(Http):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT)
         self._stderr = []
         threading.Thread(target=self._drain, daemon=True).start()
-        line = self._first_line(timeout)
+        self.first_line = line = self._first_line(timeout)
         match = re.search(r"http://[\d.]+:\d+", line)
         if not match:
             self.stop()

@@ -70,6 +70,7 @@ def openapi_json():
 
 
 @bp.get("/health")
+@bp.get("/v1/health")
 def health():
     """``{"status": "ok", "model": <resident model or null>, ...}``."""
     return jsonify({"status": "ok", **current_app.extensions["geniex.answerer"].cache.status()})

@@ -22,18 +22,32 @@ def _created(store, model_id):
 
 
 @bp.get("/v1/models")
+@bp.get("/models")
 def list_models():
-    """One entry per stored precision (``org/repo:PRECISION``)."""
-    store = current_app.extensions["geniex.answerer"].store
+    """One entry per stored precision (``org/repo:PRECISION``); the default model
+    (``--model``, else the resident one) first, marked ``"default": true``."""
+    answerer = current_app.extensions["geniex.answerer"]
+    store = answerer.store
     data = []
     for row in store.list_models():
         for precision in row["precisions"]:
             model_id = f"{row['name']}:{precision}"
             data.append(_model(model_id, row["runtime"], row["type"], _created(store, model_id)))
+    default = answerer.resident()
+    if default is not None:
+        try:
+            default = answerer.store.resolve(default, paths=answerer.allow_paths).name
+        except GenieXError:
+            default = None
+    for i, entry in enumerate(data):
+        if entry["id"] == default:
+            data.insert(0, {**data.pop(i), "default": True})
+            break
     return jsonify({"object": "list", "data": data})
 
 
 @bp.get("/v1/models/<anypath:model>")
+@bp.get("/models/<anypath:model>")
 def get_model(model):
     """One model, by any name the store resolves (``org/repo``, ``org/repo:P``; a GGUF path
     with ``--allow-paths``)."""

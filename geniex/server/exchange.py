@@ -1,0 +1,59 @@
+"""What every route does with a request and an answer in progress: read the body as
+strict JSON, the keep-cache header, the cancel test, and send an answer as a stream of
+server-sent events."""
+from flask import Response, current_app, request
+
+from geniex.server import body as body_json, sse
+from geniex.server.validation import ApiError, as_api_error, validate
+
+KEEP_CACHE_HEADER = "GenieX-KeepCache"
+
+
+def answerer():
+    """The app's :class:`~geniex.server.answering.Answerer`."""
+    return current_app.extensions["geniex.answerer"]
+
+
+def read_body():
+    """The request body as strict JSON (no NaN/Infinity, no lone surrogates, bounded
+    nesting); its size was bounded by MAX_CONTENT_LENGTH (413) when it was read."""
+    return body_json.parse(request.get_data())
+
+
+def keep_cache():
+    """``GenieX-KeepCache: true`` keeps the KV cache from the previous request."""
+    return request.headers.get(KEEP_CACHE_HEADER, "").strip().lower() in ("true", "1", "yes")
+
+
+def cancel():
+    """The loop asks this before every step: stop when the client has gone away
+    (waitress tells us) or the server is shutting down."""
+    gone = request.environ.get("waitress.client_disconnected") or (lambda: False)
+    stopping = answerer().cache.stopping
+    return lambda: stopping.is_set() or gone()
+
+
+def stream(events, answer, done=True, encode=None):
+    """An SSE response of ``events`` that closes ``answer`` when it ends; ``done``
+    ends it with ``data: [DONE]`` (OpenAI's streams; llama.cpp's native ones have
+    none); ``encode`` turns an event into its bytes (default ``data: <json>``)."""
+    return Response(sse.EventStream(events, on_close=answer.close, on_error=lambda e: as_api_error(e).body(),
+                                    done=done, encode=encode),
+                    mimetype=sse.MIMETYPE, headers=sse.HEADERS)
+
+
+def chat_of(body, schema, convert, field):
+    """An agents' API request (Responses, Messages) answered on the chat path: ``body``
+    checked against ``schema``, made a chat request by ``convert`` (checked as one),
+    and started; an empty conversation is a 400 naming ``field``."""
+    validate(body, schema)
+    chat = convert(body)
+    validate(chat, "chat_completions.request.json")
+    answer = answerer().chat(chat, keep_cache(), cancel())
+    if answer is None:
+        raise ApiError(400, f"{field}: required: the conversation is empty", param=field, code="invalid_value")
+    return answer
+
+
+def include_usage(body):
+    return bool((body.get("stream_options") or {}).get("include_usage"))

@@ -1,0 +1,212 @@
+"""llama.cpp's own server API, on our engine: ``/completion`` (and ``/completions``),
+``/infill``, ``/tokenize``, ``/detokenize``, ``/apply-template``, ``/props``,
+``/slots`` and ``/metrics``. Shapes follow llama.cpp's server (b11549); where they
+differ, docs/server.md says how.
+"""
+import dataclasses
+
+from flask import Blueprint, Response, current_app, jsonify
+
+from geniex import profile
+from geniex.engine import tasks
+from geniex.server import shapes
+from geniex.server.answering import CHAT_MAX_TOKENS, chat_messages, continuation
+from geniex.server.exchange import answerer, cancel, keep_cache, read_body, stream
+from geniex.server.validation import ApiError, validate, validate_spec
+
+bp = Blueprint("native", __name__)
+
+# The loop's stop reasons -> llama.cpp's stop_type.
+STOP_TYPE = {"eos": "eos", "length": "limit", "context_length": "limit", "stop_sequence": "word", "user": "none"}
+
+
+# -- decoding ---------------------------------------------------------------------------
+@bp.post("/completion")
+@bp.post("/completions")
+def completion():
+    """Continue a raw prompt (text or token ids) in llama.cpp's native shape."""
+    body = read_body()
+    if "prompt" not in body and "content" in body:
+        body["prompt"] = body["content"]        # llama.cpp's older name
+    prompts = body.get("prompt")
+    if isinstance(prompts, list) and len(prompts) > 1 and all(isinstance(p, (str, list)) for p in prompts):
+        return _several(body, prompts)
+    validate(body, "completions.request.json")
+    validate_spec(body)
+    answer = answerer().complete(body, keep_cache(), cancel(), default_max=CHAT_MAX_TOKENS)
+    return _native(body, answer)
+
+
+def _several(body, prompts):
+    """Several prompts in one request: answered one after another, a list of results
+    (``index`` = the prompt's place), as llama.cpp's server answers them."""
+    if body.get("stream"):
+        raise ApiError(400, "prompt: several prompts are answered unstreamed only; send one prompt to stream",
+                       param="prompt", code="unsupported_value")
+    if len(prompts) > 64:
+        raise ApiError(400, "prompt: at most 64 prompts per request", param="prompt", code="invalid_value")
+    out = []
+    for i, prompt in enumerate(prompts):
+        one = {**body, "prompt": prompt}
+        validate(one, "completions.request.json")
+        validate_spec(one)
+        answer = answerer().complete(one, keep_cache(), cancel(), default_max=CHAT_MAX_TOKENS)
+        with answer:
+            text = answer.text()
+        out.append({**_final(one, answer, text), "index": i})
+    return jsonify(out)
+
+
+@bp.post("/infill")
+def infill():
+    """Fill in the middle: ``input_prefix``, ``input_suffix``, ``input_extra`` files and
+    an optional ``prompt`` after the middle token, with the model's FIM tokens (501 for
+    a model without them)."""
+    body = read_body()
+    validate(body, "infill.request.json")
+    validate_spec(body)
+    return _native(body, answerer().infill(body, keep_cache(), cancel()))
+
+
+def _native(body, answer):
+    if body.get("stream"):
+        return stream(_native_events(body, answer), answer, done=False)
+    with answer:
+        text = answer.text()
+    return jsonify(_final(body, answer, text))
+
+
+def _native_events(body, answer):
+    n = 0
+    return_tokens = body.get("return_tokens") is True
+    for event in answer.events():
+        chunk = {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": 0,
+                 "tokens_predicted": n, "tokens_evaluated": 0}
+        if isinstance(event, tasks.Piece):
+            n += len(event.tokens)
+            chunk.update(content=event.text, tokens=list(event.tokens) if return_tokens else [], tokens_predicted=n)
+        else:
+            chunk["tokens_evaluated"] = event.total
+        chunk.update(shapes.extras(event))
+        yield chunk
+    yield _final(body, answer, "")
+
+
+def _final(body, answer, text):
+    """The last (or only) object of a native answer."""
+    stats = answer.stats
+    task = answer.task
+    sampling = dataclasses.asdict(task.options.sampling) if task.options.sampling is not None else {}
+    sampling.pop("logit_bias", None)
+    out = {
+        "index": 0, "content": text,
+        "tokens": list(answer.tokens) if body.get("return_tokens") is True else [],
+        "id_slot": 0, "stop": True, "model": answer.model,
+        "tokens_predicted": stats.decode_tokens, "tokens_evaluated": stats.prompt_tokens,
+        "generation_settings": {"n_predict": task.options.max_tokens, "stop": list(task.options.stop),
+                                "speculative": bool(task.streaming.speculative and stats.spec_types),
+                                **sampling,
+                                # -inf is null in JSON, as llama.cpp writes it
+                                "logit_bias": [{"token": t, "bias": None if b == float("-inf") else b}
+                                               for t, b in answer.logit_bias]},
+        "prompt": body.get("prompt") if isinstance(body.get("prompt"), str) else "",
+        "has_new_line": "\n" in text, "truncated": False,
+        "stop_type": STOP_TYPE.get(stats.stop_reason, "none"), "stopping_word": "",
+        "tokens_cached": stats.prompt_tokens + stats.decode_tokens,
+        "timings": profile.timings(stats),
+    }
+    if answer.warnings:
+        out["warnings"] = list(answer.warnings)
+    return out
+
+
+# -- answered at once ---------------------------------------------------------------------
+@bp.post("/tokenize")
+def tokenize():
+    """``{"content", "add_special", "parse_special", "with_pieces"}`` -> ``{"tokens"}``."""
+    body = read_body()
+    validate(body, "tokenize.request.json")
+    task = tasks.TokenizeTask(body["content"], add_special=body.get("add_special") is True,
+                              parse_special=body.get("parse_special") is not False,
+                              with_pieces=body.get("with_pieces") is True)
+    return jsonify(_result(body, task))
+
+
+@bp.post("/detokenize")
+def detokenize():
+    """``{"tokens": [ids]}`` -> ``{"content"}``."""
+    body = read_body()
+    validate(body, "detokenize.request.json")
+    return jsonify(_result(body, tasks.DetokenizeTask(body.get("tokens") or [])))
+
+
+@bp.post("/apply-template")
+def apply_template():
+    """The prompt the model's chat template makes of ``messages``: ``{"prompt"}``."""
+    body = read_body()
+    validate(body, "chat_completions.request.json")
+    target, _ = answerer().target(body)
+    messages, _ = chat_messages(body["messages"], target, False)
+    continue_final, add_prompt = continuation(body, messages)
+    task = tasks.TemplateTask(messages, tools=body.get("tools"), template_kwargs=body.get("chat_template_kwargs"),
+                              continue_final=continue_final, add_generation_prompt=add_prompt)
+    return jsonify(_result(body, task))
+
+
+def _result(body, task):
+    data, _, warnings = answerer().result(body, task, cancel())
+    if warnings:
+        data = {**data, "warnings": warnings}
+    return data
+
+
+@bp.get("/props")
+def props():
+    """The loaded (or default) model's properties, in llama.cpp's shape."""
+    a = answerer()
+    config = current_app.config["GENIEX"]
+    name = a.resident()
+    model = {}
+    if name is not None:
+        model, _, _ = a.result({}, tasks.PropsTask(), cancel())
+    n_ctx = model.get("n_ctx", a.defaults.nctx)
+    return jsonify({
+        "default_generation_settings": {
+            "id": 0, "n_ctx": n_ctx, "speculative": bool(model.get("speculative")), "is_processing": a.cache.busy,
+            "params": {"n_predict": CHAT_MAX_TOKENS, "seed": 0, "temperature": 0.0, "top_k": 0, "top_p": 0.0,
+                       "min_p": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                       "stop": []},
+        },
+        "total_slots": 1, "model_alias": name, "model_path": model.get("model_path"),
+        "modalities": {"vision": False, "audio": False},
+        "chat_template": model.get("chat_template", ""), "bos_token": model.get("bos_token", ""),
+        "eos_token": model.get("eos_token", ""), "build_info": shapes.FINGERPRINT,
+        "endpoint_slots": config.slots, "endpoint_metrics": config.metrics, "endpoint_props": False,
+        "webui": False, "model": model,
+    })
+
+
+@bp.get("/slots")
+def slots():
+    """The one slot: the resident model's context and whether it is answering."""
+    config = current_app.config["GENIEX"]
+    if not config.slots:
+        raise ApiError(501, "this server was started with --no-slots", code="not_supported")
+    a = answerer()
+    status = a.cache.status()
+    return jsonify([{"id": 0, "id_task": -1, "n_ctx": a.cache.resident_nctx() or a.defaults.nctx,
+                     "speculative": status["speculative"], "is_processing": a.cache.busy,
+                     "model": status["model"],
+                     "next_token": [{"has_next_token": False, "has_new_line": False, "n_remain": -1,
+                                     "n_decoded": 0}]}])
+
+
+@bp.get("/metrics")
+def metrics():
+    """Prometheus text (geniex.server.metrics); 501 unless started with ``--metrics``."""
+    config = current_app.config["GENIEX"]
+    if not config.metrics:
+        raise ApiError(501, "this server was started without --metrics", code="not_supported")
+    m = answerer().metrics
+    return Response(m.exposition(), mimetype="text/plain",
+                    headers={"Process-Start-Time-Unix": str(int(m.started))})

@@ -1,0 +1,501 @@
+"""Where llama-server's clients already are (issue #20): llama.cpp's routes, fields,
+shapes and metrics on our engine, through real HTTP and, where one exists, the real
+client (the OpenAI SDK for /v1/responses and embeddings, the Anthropic SDK for
+/v1/messages, prometheus_client's parser for /metrics).
+
+One in-process server (create_app on a loopback port) with ``--model`` set to the demo
+model, ``--metrics`` on, and a store holding the demo model and a copy of it that
+declares a pooling and FIM tokens (tests/support/demo_variants.py).
+"""
+import base64
+import io
+import json
+import re
+import struct
+
+import pytest
+import requests
+
+from demo_variants import FIM, demo_with_pooling_and_fim
+from geniex.store import Store
+from serverproc import DEMO, AppServer, check_shape
+
+VARIANT = "test/demo-embed-fim:Q4_1"
+REPEAT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
+SPEC = {"spec_type": "ngram-mod", "spec_draft_policy": "fixed"}
+
+
+@pytest.fixture(scope="module")
+def variant(tmp_path_factory, demo_model):
+    return demo_with_pooling_and_fim(demo_model, tmp_path_factory.mktemp("variant") / "demo-embed-fim.Q4_1.gguf")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, variant):
+    data = tmp_path_factory.mktemp("llama-surface")
+    Store(data).pull(VARIANT, local_path=variant, out=io.StringIO(), interactive=False)
+    with AppServer(data, nctx=1024, model=DEMO, metrics=True) as s:
+        yield s
+
+
+def ok(r):
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def error_of(r, status):
+    assert r.status_code == status, r.text
+    check_shape(r.json(), "Error")
+    return r.json()["error"]
+
+
+def native_stream(server, path, body):
+    """llama.cpp's native stream: ``data:`` events and no ``[DONE]``."""
+    with requests.post(server.url + path, json={**body, "stream": True}, stream=True, timeout=120) as r:
+        assert r.status_code == 200, r.text
+        lines = [line for line in r.iter_lines(decode_unicode=True) if line]
+    assert "data: [DONE]" not in lines
+    return [json.loads(line[5:]) for line in lines if line.startswith("data:")]
+
+
+# -- /completion, /completions (llama.cpp's native shape) -------------------------------------
+def test_completion_native_shape_and_n_predict(server):
+    body = ok(server.post("/completion", {"prompt": "The capital of France is", "n_predict": 6}))
+    assert body["stop"] is True and body["tokens_predicted"] == 6 and body["stop_type"] == "limit"
+    assert body["content"].startswith(" Paris") and body["tokens"] == []
+    assert body["tokens_evaluated"] == body["timings"]["prompt_n"] + body["timings"]["cache_n"]
+    assert body["model"] == DEMO and body["generation_settings"]["n_predict"] == 6
+    same = ok(server.post("/completions", {"prompt": "The capital of France is", "n_predict": 6}))
+    assert same["content"] == body["content"]
+
+
+def test_completion_token_array_prompt_and_return_tokens(server):
+    toks = ok(server.post("/tokenize", {"content": "The capital of France is"}))["tokens"]
+    by_text = ok(server.post("/completion", {"prompt": "The capital of France is", "n_predict": 5,
+                                             "return_tokens": True}))
+    for prompt in (toks, [toks]):
+        by_ids = ok(server.post("/completion", {"prompt": prompt, "n_predict": 5, "return_tokens": True}))
+        assert by_ids["tokens"] == by_text["tokens"] and len(by_ids["tokens"]) == 5
+    detok = ok(server.post("/detokenize", {"tokens": by_text["tokens"]}))
+    assert detok["content"] == by_text["content"]
+    err = error_of(server.post("/completion", {"prompt": [10 ** 7], "n_predict": 2}), 400)
+    assert err["param"] == "prompt" and "not a token id" in err["message"]
+
+
+def test_completion_several_prompts_give_a_list(server):
+    toks = ok(server.post("/tokenize", {"content": "Once upon a time"}))["tokens"]
+    one = ok(server.post("/completion", {"prompt": "Once upon a time", "n_predict": 4}))
+    rows = ok(server.post("/completion", {"prompt": ["Once upon a time", toks], "n_predict": 4}))
+    assert [r["index"] for r in rows] == [0, 1] and rows[0]["content"] == rows[1]["content"] == one["content"]
+    err = error_of(server.post("/completion", {"prompt": ["a", "b"], "n_predict": 4, "stream": True}), 400)
+    assert err["param"] == "prompt"
+
+
+def test_completion_stream_is_native_and_matches(server):
+    whole = ok(server.post("/completion", {"prompt": "Once upon a time", "n_predict": 8}))
+    events = native_stream(server, "/completion", {"prompt": "Once upon a time", "n_predict": 8})
+    assert all(e["stop"] is False for e in events[:-1]) and events[-1]["stop"] is True
+    assert "".join(e["content"] for e in events) == whole["content"]
+    assert events[-1]["timings"]["predicted_n"] == 8
+
+
+def test_v1_completions_honours_n_predict_and_token_prompts(server):
+    body = ok(server.post("/v1/completions", {"model": DEMO, "prompt": "The capital of France is", "n_predict": 3}))
+    assert body["usage"]["completion_tokens"] == 3
+    toks = ok(server.post("/tokenize", {"content": "The capital of France is"}))["tokens"]
+    by_ids = ok(server.post("/v1/completions", {"model": DEMO, "prompt": toks, "max_tokens": 3}))
+    assert by_ids["choices"][0]["text"] == body["choices"][0]["text"]
+
+
+# -- speculation on every decoding route: same tokens, acceptance reported -------------------
+def _decode(server, route, spec):
+    """(text, timings) of one greedy answer of the repeat prompt on ``route``."""
+    if route == "/completion":
+        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, **spec}))
+        return body["content"], body["timings"]
+    if route == "/v1/completions":
+        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "max_tokens": 24, **spec}))
+        return body["choices"][0]["text"], body["timings"]
+    if route == "/chat/completions":
+        body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": 24, **spec}))
+        return body["choices"][0]["message"]["content"], body["timings"]
+    if route == "/infill":
+        body = ok(server.post(route, {"model": VARIANT, "input_prefix": REPEAT, "input_suffix": "",
+                                      "prompt": REPEAT[16:40], "n_predict": 24, **spec}))
+        return body["content"], body["timings"]
+    if route == "/v1/responses":
+        body = ok(server.post(route, {"input": REPEAT, "max_output_tokens": 24, **spec}))
+        return body["output"][0]["content"][0]["text"], body["timings"]
+    body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": 24, **spec}))
+    return body["content"][0]["text"], body["timings"]
+
+
+@pytest.mark.parametrize("route", ["/completion", "/v1/completions", "/chat/completions", "/infill",
+                                   "/v1/responses", "/v1/messages"])
+def test_every_decoding_route_gives_the_same_tokens_with_speculation(server, route):
+    plain, plain_timings = _decode(server, route, {})
+    spec, timings = _decode(server, route, SPEC)
+    assert spec == plain
+    assert plain_timings["draft_n"] == 0
+    assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0
+    assert timings["steps"] < plain_timings["steps"]
+
+
+# -- tokenize, detokenize, apply-template, props, slots ----------------------------------------
+def test_tokenize_special_and_pieces(server):
+    plain = ok(server.post("/tokenize", {"content": "<|im_start|>hi"}))["tokens"]
+    literal = ok(server.post("/tokenize", {"content": "<|im_start|>hi", "parse_special": False}))["tokens"]
+    assert plain[0] == 1 and len(literal) > len(plain)            # <|im_start|> is token 1
+    pieces = ok(server.post("/tokenize", {"content": "unicode 媽", "with_pieces": True}))["tokens"]
+    assert all({"id", "piece"} <= set(p) for p in pieces)
+    joined = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
+    assert joined.decode() == "unicode 媽"
+    err = error_of(server.post("/detokenize", {"tokens": [10 ** 7]}), 400)
+    assert err["param"] == "tokens"
+
+
+def test_apply_template_is_the_chat_prompt(server):
+    messages = [{"role": "user", "content": "What is 2+2?"}]
+    prompt = ok(server.post("/apply-template", {"messages": messages}))["prompt"]
+    assert prompt.endswith("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
+    n = len(ok(server.post("/tokenize", {"content": prompt}))["tokens"])
+    chat = ok(server.post("/chat/completions", {"messages": messages, "max_tokens": 1}))
+    assert chat["usage"]["prompt_tokens"] == n
+    bare = ok(server.post("/apply-template", {"messages": messages, "add_generation_prompt": False}))["prompt"]
+    assert bare == prompt[:-len("<|im_start|>assistant\n")]
+
+
+def test_props_and_slots(server):
+    ok(server.post("/completion", {"prompt": "hi", "n_predict": 1}))
+    props = ok(server.get("/props"))
+    assert props["model_path"].endswith(".gguf") and props["total_slots"] == 1
+    assert props["default_generation_settings"]["n_ctx"] == 1024 and "<|im_start|>" in props["chat_template"]
+    slots = ok(server.get("/slots"))
+    assert len(slots) == 1 and slots[0]["n_ctx"] == 1024 and slots[0]["is_processing"] is False
+    assert "params" not in slots[0]
+
+
+def test_slots_and_metrics_can_be_off(tmp_path):
+    with AppServer(tmp_path, slots=False) as s:
+        assert error_of(s.get("/slots"), 501)["type"] == "not_supported_error"
+        assert error_of(s.get("/metrics"), 501)["type"] == "not_supported_error"
+
+
+# -- /metrics -----------------------------------------------------------------------------------
+def test_metrics_parse_and_count_speculation_per_method(server):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape():
+        r = server.get("/metrics")
+        assert r.status_code == 200 and "Process-Start-Time-Unix" in r.headers
+        return {s.name: s for f in text_string_to_metric_families(r.text) for s in f.samples
+                if not s.labels or s.labels.get("method") == "ngram-mod" and "le" not in s.labels}
+
+    before = scrape()
+    body = ok(server.post("/completion", {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 16, **SPEC}))
+    after = scrape()
+    t = body["timings"]
+    delta = lambda name: after[name].value - before.get(name, after[name]).value * (name in before)
+    assert delta("llamacpp:tokens_predicted_total") == t["predicted_n"]
+    assert delta("llamacpp:prompt_tokens_total") == t["prompt_n"]
+    assert delta("llamacpp:spec_decode_num_draft_tokens_total") == t["draft_n"]
+    assert delta("llamacpp:spec_decode_num_accepted_tokens_total") == t["draft_n_accepted"]
+    assert delta("geniex:spec_decode_num_accepted_tokens_total") == t["draft_n_accepted"]
+    assert delta("geniex:spec_decode_accepted_length_count") == sum(t["accept_hist"])
+    assert after["llamacpp:requests_processing"].value == 0
+
+
+# -- /infill --------------------------------------------------------------------------------------
+def test_infill_lays_out_the_models_fim_tokens(server):
+    body = ok(server.post("/infill", {"model": VARIANT, "input_prefix": "def add(a, b):\n    return ",
+                                      "input_suffix": "\n", "n_predict": 4}))
+    pre = ok(server.post("/tokenize", {"model": VARIANT, "content": "def add(a, b):\n    return ",
+                                       "parse_special": False}))["tokens"]
+    suf = ok(server.post("/tokenize", {"model": VARIANT, "content": "\n", "parse_special": False}))["tokens"]
+    # [FIM_PRE] prefix [FIM_SUF] suffix [FIM_MID]
+    assert body["tokens_evaluated"] == len(pre) + len(suf) + len(FIM)
+    assert body["tokens_predicted"] == 4
+
+
+def test_infill_is_refused_for_a_model_without_fim_tokens(server):
+    err = error_of(server.post("/infill", {"input_prefix": "def f(", "input_suffix": ")"}), 501)
+    assert "fill-in-the-middle" in err["message"] and DEMO in err["message"]
+
+
+# -- embeddings, rerank -----------------------------------------------------------------------------
+def test_embeddings_through_the_openai_client(server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    out = client.embeddings.create(model=VARIANT, input=["hello world", "hello world", "a cat"])
+    vecs = [d.embedding for d in out.data]
+    assert len(vecs) == 3 and len(vecs[0]) == 576
+    assert abs(sum(x * x for x in vecs[0]) - 1) < 1e-4                # euclidean-normalised
+    assert vecs[0] == vecs[1] and vecs[0] != vecs[2]
+    assert out.usage.prompt_tokens > 0
+    counted = [line for line in server.get("/metrics").text.splitlines()
+               if line.startswith("llamacpp:prompt_tokens_total ")]
+    assert float(counted[0].split()[1]) >= out.usage.prompt_tokens        # embeddings are counted too
+    b64 = client.embeddings.create(model=VARIANT, input="hello world", encoding_format="base64")
+    packed = base64.b64decode(b64.data[0].embedding)               # the SDK leaves base64 as sent
+    assert struct.unpack(f"<{len(packed) // 4}f", packed) == pytest.approx(vecs[0], abs=1e-6)
+    with pytest.raises(openai.APIStatusError) as e:
+        client.embeddings.create(model=DEMO, input="hello")
+    assert e.value.status_code == 501 and "declares no pooling" in str(e.value)
+
+
+def test_llama_embeddings_shape(server):
+    rows = ok(server.post("/embeddings", {"model": VARIANT, "content": "hello world"}))
+    assert rows[0]["index"] == 0 and len(rows[0]["embedding"]) == 1 and len(rows[0]["embedding"][0]) == 576
+    raw = ok(server.post("/embeddings", {"model": VARIANT, "content": "hello world", "embd_normalize": -1}))
+    assert abs(sum(x * x for x in raw[0]["embedding"][0]) - 1) > 1e-3
+
+
+def test_rerank_is_refused_without_a_reranking_model(server):
+    for model in (DEMO, VARIANT):
+        err = error_of(server.post("/rerank", {"model": model, "query": "a", "documents": ["b"]}), 501)
+        assert "not a reranking model" in err["message"]
+    tei = error_of(server.post("/v1/rerank", {"query": "a", "texts": ["b"]}), 501)      # TEI's field name
+    assert "not a reranking model" in tei["message"]
+    assert error_of(server.post("/rerank", {"query": "a"}), 400)["message"].startswith("body: expected documents")
+
+
+# -- /v1/responses, /v1/messages ---------------------------------------------------------------------
+CHAT_Q = [{"role": "user", "content": "Name a colour."}]
+
+
+def _chat_text(server, n):
+    return ok(server.post("/chat/completions", {"messages": CHAT_Q, "max_tokens": n}))["choices"][0]["message"]["content"]
+
+
+def test_responses_through_the_openai_client(server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    want = _chat_text(server, 8)
+    resp = client.responses.create(model=DEMO, input=CHAT_Q, max_output_tokens=8)
+    assert resp.output_text == want and resp.status == "incomplete" and resp.id.startswith("resp_")
+    assert resp.usage.output_tokens == 8
+    events = list(client.responses.create(model=DEMO, input="Name a colour.", max_output_tokens=8, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == want
+    bare = ok(server.post("/responses", {"input": CHAT_Q, "max_output_tokens": 8}))     # without /v1 too
+    assert bare["output"][0]["content"][0]["text"] == want
+    with pytest.raises(openai.BadRequestError, match="function_call"):
+        client.responses.create(model=DEMO, input=[{"type": "function_call", "name": "f", "arguments": "{}",
+                                                    "call_id": "c"}])
+
+
+def test_messages_through_the_anthropic_client(server):
+    anthropic = pytest.importorskip("anthropic")
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused")
+    want = _chat_text(server, 8)
+    msg = client.messages.create(model="claude-sonnet-4", max_tokens=8, messages=CHAT_Q)
+    assert msg.content[0].text == want and msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 8
+    assert msg.id.startswith("msg_")
+    with client.messages.stream(model=DEMO, max_tokens=8, messages=CHAT_Q) as stream:
+        assert "".join(stream.text_stream) == want
+        final = stream.get_final_message()
+    assert final.stop_reason == "max_tokens"
+    count = client.messages.count_tokens(model=DEMO, messages=CHAT_Q)
+    assert count.input_tokens == ok(server.post("/chat/completions", {"messages": CHAT_Q, "max_tokens": 1}))[
+        "usage"]["prompt_tokens"]
+    with pytest.raises(anthropic.BadRequestError, match="tool"):
+        client.messages.create(model=DEMO, max_tokens=8, messages=CHAT_Q,
+                               tools=[{"name": "f", "input_schema": {"type": "object"}}])
+
+
+# -- the default model ---------------------------------------------------------------------------------
+def test_default_model_answers_without_a_name_or_with_a_hard_coded_one(server):
+    none = ok(server.post("/v1/chat/completions", {"messages": CHAT_Q, "max_tokens": 3}))
+    assert none["model"] == DEMO and "warnings" not in none
+    named = ok(server.post("/v1/chat/completions", {"model": "gpt-4o", "messages": CHAT_Q, "max_tokens": 3}))
+    assert named["model"] == DEMO and "gpt-4o" in named["warnings"][0]
+    assert named["choices"][0]["message"]["content"] == none["choices"][0]["message"]["content"]
+    stored = ok(server.post("/v1/chat/completions", {"model": VARIANT, "messages": CHAT_Q, "max_tokens": 3}))
+    assert stored["model"] == VARIANT and "warnings" not in stored
+    models = ok(server.get("/models"))["data"]
+    assert models[0]["id"] == DEMO and models[0]["default"] is True
+
+
+def test_without_a_default_model_a_name_is_needed_until_one_is_loaded(tmp_path):
+    with AppServer(tmp_path) as s:
+        err = error_of(s.post("/v1/chat/completions", {"messages": CHAT_Q}), 400)
+        assert err["param"] == "model" and "--model" in err["message"]
+        assert error_of(s.post("/v1/chat/completions", {"model": "gpt-4o", "messages": CHAT_Q}), 404)
+        ok(s.post("/v1/chat/completions", {"model": DEMO, "messages": CHAT_Q, "max_tokens": 1}))
+        assert ok(s.post("/tokenize", {"content": "hi"}))["tokens"]      # the resident model now
+
+
+# -- llama.cpp's fields -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("field, value", [
+    ("n_probs", 3), ("mirostat", 2), ("xtc_probability", 0.5), ("dry_multiplier", 0.8),
+    ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= \"a\""), ("json_schema", {"type": "object"}),
+    ("t_max_predict_ms", 100), ("n_predict", 0), ("id_slot", 3), ("samplers", ["top_p", "top_k"]),
+    ("samplers", ["mystery"]), ("n_cmpl", 2),
+])
+def test_fields_we_cannot_honour_are_a_400_naming_them(server, field, value):
+    for route, body in (("/completion", {"prompt": "hi"}), ("/chat/completions", {"messages": CHAT_Q})):
+        err = error_of(server.post(route, {**body, "n_predict": 2, field: value}), 400)
+        assert err["param"] == field and err["message"].startswith(f"{field}: "), err
+
+
+def test_neutral_values_of_those_fields_are_accepted(server):
+    neutral = {"typical_p": 1.0, "mirostat": 0, "xtc_probability": 0.0, "dry_multiplier": 0.0, "n_probs": 0,
+               "top_n_sigma": -1.0, "id_slot": -1, "samplers": ["penalties", "dry", "top_k", "typ_p", "top_p",
+                                                                 "min_p", "xtc", "temperature"]}
+    plain = ok(server.post("/completion", {"prompt": "Once upon a time", "n_predict": 6}))
+    same = ok(server.post("/completion", {"prompt": "Once upon a time", "n_predict": 6, **neutral}))
+    assert same["content"] == plain["content"]
+
+
+def test_samplers_left_out_are_switched_off(server):
+    base = {"prompt": "Once upon a time", "n_predict": 12, "temperature": 1.0, "seed": 7}
+    no_top_k = ok(server.post("/completion", {**base, "top_k": 0}))
+    listed = ok(server.post("/completion", {**base, "top_k": 1, "samplers": ["top_p", "min_p", "temperature"]}))
+    assert listed["content"] == no_top_k["content"]
+    greedy = ok(server.post("/completion", {"prompt": "Once upon a time", "n_predict": 12}))
+    top1 = ok(server.post("/completion", {**base, "top_k": 1}))
+    assert top1["content"] == greedy["content"]                  # top_k 1 = greedy, so it did run before
+
+
+def test_logit_bias_and_ignore_eos(server):
+    first = ok(server.post("/completion", {"prompt": "The capital of France is", "n_predict": 1,
+                                           "return_tokens": True}))["tokens"][0]
+    for bias in ({str(first): -100}, [[first, False]]):
+        banned = ok(server.post("/completion", {"prompt": "The capital of France is", "n_predict": 1,
+                                                "return_tokens": True, "logit_bias": bias}))
+        assert banned["tokens"][0] != first
+    text_ban = ok(server.post("/completion", {"prompt": "The capital of France is", "n_predict": 1,
+                                              "return_tokens": True, "logit_bias": [[" Paris", False]]}))
+    assert text_ban["tokens"][0] != first
+    short = {"messages": [{"role": "user", "content": "Is the sky blue? Answer yes or no."}], "max_tokens": 40}
+    ends = ok(server.post("/chat/completions", short))
+    assert ends["timings"]["stop_reason"] == "eos"
+    n = ends["usage"]["completion_tokens"] + 5
+    forced = ok(server.post("/chat/completions", {**short, "max_tokens": n, "ignore_eos": True}))
+    assert forced["usage"]["completion_tokens"] == n and forced["timings"]["stop_reason"] == "length"
+    # /completion reports the biases it sampled with: the end tokens at -inf (null in JSON)
+    native = ok(server.post("/completion", {"prompt": "hi", "n_predict": 1, "ignore_eos": True}))
+    assert native["generation_settings"]["logit_bias"] and \
+        all(e["bias"] is None for e in native["generation_settings"]["logit_bias"])
+    assert ok(server.post("/completion", {"prompt": "hi", "n_predict": 1}))["generation_settings"]["logit_bias"] == []
+
+
+def test_repeat_penalty_is_repetition_penalty_and_cache_prompt_reuses(server):
+    base = {"prompt": "one two one two one two", "n_predict": 8, "repeat_last_n": 64}
+    a = ok(server.post("/completion", {**base, "repeat_penalty": 1.5}))
+    b = ok(server.post("/completion", {**base, "repetition_penalty": 1.5}))
+    c = ok(server.post("/completion", base))
+    assert a["content"] == b["content"] != c["content"]
+    again = ok(server.post("/completion", {**base, "cache_prompt": True}))
+    assert again["timings"]["cache_n"] > 0
+
+
+def test_context_overflow_is_llamacpps_error_with_counts(server):
+    err = error_of(server.post("/completion", {"prompt": "word " * 1500, "n_predict": 2}), 400)
+    assert err["type"] == "exceed_context_size_error" and err["n_ctx"] == 1024 and err["n_prompt_tokens"] > 1024
+
+
+# -- chat validation and stream shapes -----------------------------------------------------------------------
+def test_trailing_assistant_messages(server):
+    two = CHAT_Q + [{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]
+    assert "2 or more assistant" in error_of(server.post("/chat/completions", {"messages": two}), 400)["message"]
+    both = {"messages": CHAT_Q + [{"role": "assistant", "content": "Blue"}], "continue_final_message": True,
+            "add_generation_prompt": True}
+    assert error_of(server.post("/chat/completions", both), 400)["param"] == "continue_final_message"
+    # One trailing assistant message is continued (prefill): the answer goes on from it.
+    prefill = ok(server.post("/chat/completions", {"messages": CHAT_Q + [{"role": "assistant", "content": "My"}],
+                                                   "max_tokens": 4}))
+    prompt = ok(server.post("/apply-template", {"messages": CHAT_Q + [{"role": "assistant", "content": "My"}]}))
+    assert prompt["prompt"].endswith("<|im_start|>assistant\nMy")
+    assert prefill["usage"]["completion_tokens"] == 4
+
+
+def test_stream_first_delta_timings_per_token_and_progress(server):
+    events = server.stream("/chat/completions", {"messages": CHAT_Q, "max_tokens": 4, "timings_per_token": True,
+                                                  "return_progress": True})
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    progress = [e["prompt_progress"] for e in events if "prompt_progress" in e]
+    assert progress[0]["processed"] == progress[0]["cache"] and progress[-1]["processed"] == progress[-1]["total"]
+    texts = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert all(e["timings"]["predicted_n"] == i + 1 for i, e in enumerate(texts))
+
+
+# -- security: key, hosts, origins -----------------------------------------------------------------------------
+def test_api_key_by_bearer_or_x_api_key_and_authentication_error(tmp_path):
+    with AppServer(tmp_path, api_key="sk-test", model=DEMO) as s:
+        err = error_of(s.post("/completions", {"prompt": "hi", "n_predict": 1}), 401)
+        assert err["type"] == "authentication_error"
+        wrong = s.post("/completions", {"prompt": "hi", "n_predict": 1}, headers={"X-Api-Key": "nope"})
+        assert error_of(wrong, 401)["type"] == "authentication_error"
+        for header in ({"Authorization": "Bearer sk-test"}, {"X-Api-Key": "sk-test"}):
+            assert ok(s.post("/completions", {"prompt": "hi", "n_predict": 1}, headers=header))["content"] is not None
+        assert s.get("/health").status_code == 200 and s.get("/metrics").status_code == 401
+
+
+@pytest.mark.fast
+def test_origins_accept_llamacpps_forms():
+    from flask import Flask
+
+    from geniex.server.app import ServerConfig
+    from geniex.server.guard import Guard
+    guard = Guard(ServerConfig(origins="localhost,web.example.fr,http://app.test:3000"))
+    with Flask(__name__).test_request_context(headers={"Host": "127.0.0.1:1"}):
+        for origin in ("http://localhost", "http://localhost:8080", "http://127.0.0.1:3000", "http://[::1]:3000",
+                       "https://web.example.fr", "web.example.fr", "http://app.test:3000"):
+            assert guard.origin_allowed(origin), origin
+        for origin in ("http://evil.com", "http://notlocalhost", "http://localhost.evil.com", "http://app.test:3001"):
+            assert not guard.origin_allowed(origin), origin
+
+
+@pytest.mark.fast
+def test_host_takes_several_addresses():
+    from geniex.server.serving import parse_hosts
+    assert parse_hosts("127.0.0.1,::1", 8080) == [("127.0.0.1", 8080), ("::1", 8080)]
+    assert parse_hosts("127.0.0.1:9000,[::1]:9000") == [("127.0.0.1", 9000), ("::1", 9000)]
+    assert parse_hosts("127.0.0.1,[::1]:9001") == [("127.0.0.1", 9001), ("::1", 9001)]
+
+
+def test_serve_listens_on_every_address(data_dir):
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    from serverproc import Server
+    with Server(data_dir, "--host", "127.0.0.1,::1", "--port", "0", "--model", "demo") as s:
+        urls = re.findall(r"http://(?:\[[^\]]+\]|[^ :]+):\d+", s.first_line.split("(docs")[0])
+        assert len(urls) == 2 and "[::1]" in urls[1], s.first_line
+        for url in urls:
+            assert requests.get(url + "/health", timeout=30).status_code == 200
+
+
+@pytest.mark.fast
+def test_typical_keeps_the_tokens_nearest_the_entropy():
+    import numpy as np
+
+    from geniex.engine.sampling import typical
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    # entropy 1.14 nats; surprises 0.69, 1.20, 1.90, 3.00: the 0.3 token is nearest, then 0.5
+    kept, ids = typical(logits, None, 0.2)
+    assert list(ids) == [1]
+    kept, ids = typical(logits, None, 0.6)
+    assert list(ids) == [1, 0]
+    kept, ids = typical(logits[[3, 0]], np.array([3, 0]), 0.99)
+    assert sorted(ids) == [0, 3] and len(kept) == 2
+
+
+def test_typical_p_samples_the_same_with_speculation(server):
+    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
+            "typical_p": 0.5, "return_tokens": True}
+    plain = ok(server.post("/completion", base))
+    spec = ok(server.post("/completion", {**base, **SPEC}))
+    assert spec["tokens"] == plain["tokens"] and spec["timings"]["draft_n"] > 0
+    other = ok(server.post("/completion", {**base, "typical_p": 1.0}))
+    assert other["generation_settings"]["typical_p"] == 1.0 and plain["generation_settings"]["typical_p"] == 0.5
+
+
+def test_serve_refuses_a_default_model_it_cannot_find(cli):
+    proc = cli("serve", "--host", "127.0.0.1:0", "--model", "nobody/nothing:Q4_0")
+    assert proc.returncode != 0 and "nobody/nothing" in proc.stderr and "geniex pull" in proc.stderr
