@@ -58,7 +58,7 @@ def add_model_flags(p):
     """Load, sampling and speculative flags (GenieX names and defaults)."""
     g = p.add_argument_group("model and device")
     g.add_argument("-c", "--compute", default=None,
-                   help="cpu, gpu, npu, hybrid, or devices like HTP0,HTP1 (default: npu if the library has one, else gpu, else cpu)")
+                   help="cpu, gpu, npu, or devices like HTP0,HTP1 (default: npu if the library has one, else gpu, else cpu)")
     g.add_argument("-n", "--ngl", type=int, default=-1, help="layers to offload, -1 = all (default -1)")
     g.add_argument("--nctx", type=_positive("--nctx"), default=4096, help="context length in tokens (default 4096)")
     g.add_argument("--threads", type=_nonneg(int, "--threads"), default=0,

@@ -30,7 +30,7 @@ def register(sub):
     p.add_argument("--nctx", type=int, default=4096, help="default context length (default 4096)")
     p.add_argument("-n", "--ngl", type=int, default=-1, help="default layers to offload, -1 = all (default -1)")
     p.add_argument("-c", "--compute", default=None,
-                   help="default compute: cpu, gpu, npu, hybrid or devices like HTP0,HTP1 (default: best available)")
+                   help="default compute: cpu, gpu, npu or devices like HTP0,HTP1 (default: best available)")
     p.add_argument("-ctk", "--cache-type-k", default="q8_0", help="default KV cache type for K (default q8_0)")
     p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
     sec = p.add_argument_group("security and limits (docs/server.md, Security)")

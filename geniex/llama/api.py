@@ -140,12 +140,13 @@ class RawParams(Structure):
     _fields_ = [("raw", c_uint8 * 512)]
 
 
-EXPECTED_SIZES = {"llama_model_params": 80, "llama_context_params": 168}
+# b11549's layouts on 64-bit platforms: a wrong field here would shift every later one.
 assert ctypes.sizeof(llama_model_params) == 80
 assert ctypes.sizeof(llama_context_params) == 168
 assert llama_context_params.ctx_type.offset == 36
 assert llama_context_params.moe_cache_size.offset == 112
 assert llama_context_params.ctx_other.offset == 160
+assert ctypes.sizeof(llama_batch) == 56
 
 # name -> (restype, argtypes). Every C function the project calls, declared once.
 # Comments give the header's meaning where it is not obvious from the name.

@@ -10,9 +10,6 @@ from dataclasses import dataclass
 from geniex.errors import UsageError
 from geniex.llama import api
 
-KEYWORDS = ("cpu", "gpu", "npu", "hybrid")
-
-
 @dataclass(frozen=True)
 class Device:
     """One ggml backend device."""
@@ -63,7 +60,6 @@ def select(compute, devices, setting="--compute"):
     """
     npus = [d for d in devices if d.is_npu]
     gpus = [d for d in devices if d.is_gpu]
-    cpus = [d for d in devices if d.is_cpu]
     if compute is None or compute == "":
         if npus:
             return npus, "compute: npu (" + ", ".join(d.name for d in npus) + ") chosen by default"
@@ -85,16 +81,18 @@ def select(compute, devices, setting="--compute"):
     if key == "gpu":
         return need(gpus, "GPU")[:1], f"compute: gpu ({gpus[0].name})"
     if key == "hybrid":
-        need(npus, "NPU (HTP*)")
-        return npus + cpus, "compute: hybrid (" + ", ".join(d.name for d in npus + cpus) + ")"
+        # GenieX's name for an NPU + CPU split. llama.cpp has no such device set: the CPU
+        # is the host and runs every layer that is not offloaded, so the split is --ngl.
+        raise UsageError(f"{setting} hybrid is not supported: llama.cpp runs the layers it does not offload "
+                         "on the CPU, so an NPU + CPU split is --compute npu --ngl N (N layers on the NPU)")
     names = [n.strip() for n in compute.split(",") if n.strip()]
     if not names:
-        raise UsageError(f"{setting} {compute!r}: expected cpu, gpu, npu, hybrid or a device list like HTP0,HTP1")
+        raise UsageError(f"{setting} {compute!r}: expected cpu, gpu, npu or a device list like HTP0,HTP1")
     by_name = {d.name.lower(): d for d in devices}
     unknown = [n for n in names if n.lower() not in by_name]
     if unknown:
         raise UsageError(f"{setting} {compute}: unknown device {', '.join(unknown)} "
-                         f"(expected cpu, gpu, npu, hybrid or device names); "
+                         f"(expected cpu, gpu, npu or device names); "
                          f"this library has: {_describe(devices)}")
     chosen = [by_name[n.lower()] for n in names]
     return chosen, "compute: " + ", ".join(d.name for d in chosen)

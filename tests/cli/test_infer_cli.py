@@ -4,7 +4,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -82,10 +81,15 @@ def test_ctrl_c_ends_the_answer_not_the_session(data_dir):
     first = p.stdout.read(20)                 # the answer is streaming
     assert first
     p.send_signal(signal.SIGINT)
-    time.sleep(0.5)
+    seen = []                                 # the first answer's profile: it has ended
+    while not (seen and seen[-1].startswith("stop reason:")):
+        line = p.stderr.readline()
+        assert line, "".join(seen)
+        seen.append(line)
     p.stdin.write("What is the capital of France?\n")
     p.stdin.flush()
     out, err = p.communicate(timeout=120)
+    err = "".join(seen) + err
     assert p.returncode == 0, err
     reasons = re.findall(r"^stop reason:\s+(\S+)", err, re.M)
     assert reasons[0] == "user" and len(reasons) == 2

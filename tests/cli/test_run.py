@@ -1,16 +1,17 @@
-"""``geniex run``: a chat client of a running ``geniex serve`` (real server, real CLI)."""
+"""``geniex run``: a chat client of a running server (the real app in process, the real
+CLI as a subprocess)."""
 import re
 
 import pytest
 
-from serverproc import DEMO, Server
+from serverproc import DEMO, AppServer
 
 PROFILE_LINE = re.compile(r"^— [\d.]+ tok/s • \d+ tok • [\d.]+ s first token( • \d+% accept)? —$", re.M)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with Server(tmp_path_factory.mktemp("run-data")) as s:
+    with AppServer(tmp_path_factory.mktemp("run-data")) as s:
         yield s
 
 

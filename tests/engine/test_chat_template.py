@@ -16,7 +16,7 @@ from geniex.engine.sampling import SamplingParams
 from geniex.engine.template import TemplateRefused
 from geniex.errors import GenieXError
 from llamacpp_server import Reference
-from serverproc import Server
+from serverproc import AppServer
 
 import tiny_gemma4
 
@@ -170,7 +170,7 @@ def test_raise_exception_is_a_clear_error_and_the_conversation_is_kept(custom_se
 def test_server_refusal_is_a_400_and_tool_turns_are_accepted(tmp_path, custom_model):
     data = tmp_path / "data"
     data.mkdir()
-    with Server(data, "--nctx", 512, "--allow-paths") as s:
+    with AppServer(data, nctx=512, allow_paths=True) as s:
         r = s.chat({"model": str(custom_model), "max_tokens": 2,
                     "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})
         assert r.status_code == 400, r.text
@@ -225,7 +225,7 @@ def test_infer_greedy_answer_equals_llamacpp_server(cli, reference_answers, ques
 def test_server_greedy_answers_equal_llamacpp_server(tmp_path, reference_answers):
     data = tmp_path / "data"
     data.mkdir()
-    with Server(data, "--nctx", 4096) as s:
+    with AppServer(data, nctx=4096) as s:
         for question, ref in reference_answers.items():
             r = s.chat({"model": "demo/SmolLM2-135M-Instruct:Q4_1", "max_tokens": 48,
                         "messages": [{"role": "user", "content": question}]})

@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import jinja2
 import pytest
@@ -49,10 +48,8 @@ def test_the_shipped_bounds_are_sane():
     "{% for i in range(100000) %}{% for j in range(100000) %}{{ f(1) }}{% endfor %}{% endfor %}",
 ])
 def test_an_endless_loop_ends_with_a_clear_error(short_deadline, source):
-    started = time.monotonic()
     message = limit_of(source, CHAT)
-    assert "ran for more than 0.5 s" in message
-    assert time.monotonic() - started < 30        # ended by the bound, not by finishing 10^10 steps
+    assert "ran for more than 0.5 s" in message   # ended by the bound (10^10 steps never finish)
     assert sys.gettrace() is None                  # the trace function is gone again
 
 

@@ -5,21 +5,15 @@ check that the generator is deterministic and writes exactly the metadata and
 tensors the library's recipe needs (so a failure there points at the library side).
 """
 
-import importlib.util
-import time
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
+import tiny_gemma4 as tg
+
 pytestmark = pytest.mark.fast   # needs no model: the fast tier
-
-gguf = pytest.importorskip("gguf")
-
-_TOOL = Path(__file__).resolve().parents[1] / "support" / "tiny_gemma4.py"
-_spec = importlib.util.spec_from_file_location("tiny_gemma4", _TOOL)
-tg = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tg)
 
 A = "gemma4-assistant"
 
@@ -60,10 +54,8 @@ def test_deterministic_bytes(tmp_path):
     assert other.read_bytes() != first[0].read_bytes()
 
 
-def test_fast_and_small(tmp_path):
-    t0 = time.perf_counter()
+def test_small(tmp_path):
     target, assistant = tg.make_pair(tmp_path)
-    assert time.perf_counter() - t0 < 1.0
     assert target.stat().st_size < 600_000
     assert assistant.stat().st_size < 300_000
 

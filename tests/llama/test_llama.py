@@ -18,14 +18,6 @@ def test_library_loads_and_reports_itself():
     assert lib.has("llama_set_embeddings_nextn") and lib.has("llama_get_embeddings_nextn_ith")
 
 
-def test_struct_layouts_match_b11549():
-    import ctypes
-    assert ctypes.sizeof(api.llama_model_params) == 80
-    assert ctypes.sizeof(api.llama_context_params) == 168
-    assert api.llama_context_params.ctx_other.offset == 160
-    assert ctypes.sizeof(api.llama_batch) == 56
-
-
 def test_missing_capability_is_reported_not_crashed():
     lib = library.load()
     lib._missing["llama_fake_fn"] = "_Zfake"
@@ -41,11 +33,10 @@ def _load_in_subprocess(env):
 
 
 def test_a_library_with_another_abi_is_refused(tmp_path):
-    # libgomp is a real shared object but not llama.cpp: it lacks the required symbols.
-    import ctypes.util
-    gomp = ctypes.util.find_library("gomp")
-    path = next(p for p in ("/lib/x86_64-linux-gnu/libgomp.so.1", "/usr/lib/x86_64-linux-gnu/libgomp.so.1")
-                if os.path.exists(p)) if not gomp or not os.path.isabs(gomp) else gomp
+    # Python's own _ctypes extension is a real shared object on every platform (no path
+    # to guess per architecture) but not llama.cpp: it lacks the required symbols.
+    import _ctypes
+    path = _ctypes.__file__
     proc = _load_in_subprocess({"GENIEX_LLAMA_LIB": path})
     assert "LibraryError" in proc.stdout and "b11549" in proc.stdout and path in proc.stdout
 
@@ -73,7 +64,8 @@ def test_compute_selection_by_name_and_type():
     names = lambda sel: [d.name for d in sel[0]]
     assert names(devices.select("npu", SNAPDRAGON)) == ["HTP0", "HTP1"]
     assert names(devices.select("gpu", SNAPDRAGON)) == ["GPUOpenCL"]
-    assert names(devices.select("hybrid", SNAPDRAGON)) == ["HTP0", "HTP1", "CPU"]
+    with pytest.raises(UsageError, match="hybrid is not supported.*--compute npu --ngl N"):
+        devices.select("hybrid", SNAPDRAGON)   # llama.cpp has no NPU + CPU device set: the split is --ngl
     assert names(devices.select("HTP1", SNAPDRAGON)) == ["HTP1"]
     assert names(devices.select("htp0,HTP1", SNAPDRAGON)) == ["HTP0", "HTP1"]
     assert names(devices.select("cpu", SNAPDRAGON)) == []
@@ -85,7 +77,7 @@ def test_compute_selection_by_name_and_type():
 def test_unmet_compute_request_lists_available_devices():
     real = devices.available(library.load())
     assert [d.name for d in real] == ["CPU"]
-    for value in ("npu", "gpu", "hybrid", "HTP0", "banana"):
+    for value in ("npu", "gpu", "HTP0", "banana"):
         with pytest.raises(UsageError) as e:
             devices.select(value, real)
         assert "CPU" in str(e.value)

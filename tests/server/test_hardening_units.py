@@ -6,10 +6,10 @@ import io
 import json
 import os
 import threading
-import time
 
 import pytest
 
+from awaiting import queued
 from geniex.engine import limits
 from geniex.errors import ModelLoadError, ModelNotFound, UsageError
 from geniex.llama.gguf_file import open_regular, read_header
@@ -164,7 +164,7 @@ def test_turn_lock_refuses_beyond_max_waiting():
     got = []
     waiter = threading.Thread(target=lambda: got.append(lock.acquire(max_waiting=1)))
     waiter.start()
-    time.sleep(0.2)
+    queued(lock, 1)
     assert lock.acquire(max_waiting=1) is False         # one already waits: refused at once
     assert lock.acquire(max_waiting=0) is False
     lock.release()
@@ -180,7 +180,7 @@ def test_a_waiting_request_whose_client_left_gives_up_its_place():
     got = []
     waiter = threading.Thread(target=lambda: got.append(lock.acquire(cancel=gone.is_set)))
     waiter.start()
-    time.sleep(0.3)
+    queued(lock, 1)
     gone.set()                                  # the client went away while waiting
     waiter.join(5)
     assert got == [False] and not waiter.is_alive()

@@ -224,7 +224,7 @@ def test_infill_is_refused_for_a_model_without_fim_tokens(server):
 
 # -- embeddings, rerank -----------------------------------------------------------------------------
 def test_embeddings_through_the_openai_client(server):
-    openai = pytest.importorskip("openai")
+    import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     out = client.embeddings.create(model=VARIANT, input=["hello world", "hello world", "a cat"])
     vecs = [d.embedding for d in out.data]
@@ -268,7 +268,7 @@ def _chat_text(server, n):
 
 
 def test_responses_through_the_openai_client(server):
-    openai = pytest.importorskip("openai")
+    import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     want = _chat_text(server, 8)
     resp = client.responses.create(model=DEMO, input=CHAT_Q, max_output_tokens=8)
@@ -286,7 +286,7 @@ def test_responses_through_the_openai_client(server):
 
 
 def test_messages_through_the_anthropic_client(server):
-    anthropic = pytest.importorskip("anthropic")
+    import anthropic
     client = anthropic.Anthropic(base_url=server.url, api_key="unused")
     want = _chat_text(server, 8)
     msg = client.messages.create(model="claude-sonnet-4", max_tokens=8, messages=CHAT_Q)

@@ -3,7 +3,7 @@ model (n-gram and draft-simple) and on the tiny Gemma-4 MTP pair, acceptance in
 ``usage``, output identical to plain decoding, and setup failures that fall back."""
 import pytest
 
-from serverproc import DEMO, Server, chat_body
+from serverproc import DEMO, AppServer, chat_body
 
 REPEAT = chat_body("Repeat exactly: the cat sat on the mat. the cat sat on the mat. "
                    "the cat sat on the mat.", max_tokens=40)
@@ -11,7 +11,7 @@ REPEAT = chat_body("Repeat exactly: the cat sat on the mat. the cat sat on the m
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with Server(tmp_path_factory.mktemp("spec-data"), "--allow-paths") as s:     # tiny models by path
+    with AppServer(tmp_path_factory.mktemp("spec-data"), allow_paths=True) as s:     # tiny models by path
         yield s
 
 

@@ -1,10 +1,10 @@
 """Server pieces in process, without a model: SSE bodies, the turn lock, the model
 cache's key and keepalive (with a stand-in session), and request validation."""
 import threading
-import time
 
 import pytest
 
+from awaiting import queued, until
 from geniex.server import sse
 from geniex.server.cache import CacheKey, ModelCache, TurnLock
 from geniex.server.validation import ApiError, as_api_error, field_path, validate
@@ -77,7 +77,7 @@ def test_turn_lock_serves_waiters_in_arrival_order():
         t = threading.Thread(target=waiter, args=(i,))
         t.start()
         threads.append(t)
-        time.sleep(0.02)        # arrive one after another
+        queued(lock, i + 1)     # arrive one after another: i + 1 are now waiting
     assert not lock.try_acquire()
     lock.release()
     for t in threads:
@@ -122,13 +122,11 @@ def test_cache_keepalive():
     try:
         with cache.lease(key(), lambda: FakeSession("m")) as lease:
             session = lease.session
-            time.sleep(0.4)
-            assert not session.closed               # never freed while in use
+            # Never freed while in use: the idle clock does not run during a lease.
+            assert cache.status()["idle_seconds"] is None and cache._deadline() is None
         assert cache.status()["model"] == "m"
-        deadline = time.monotonic() + 3
-        while not session.closed and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert session.closed and cache.status()["model"] is None
+        until(lambda: session.closed, what="the keepalive to free the idle model")
+        assert cache.status()["model"] is None
     finally:
         cache.close()
 
@@ -137,6 +135,19 @@ def test_cache_keepalive():
         pass
     assert lease.session.closed
     zero.close()
+
+
+def test_use_resets_the_idle_clock():
+    cache = ModelCache(keepalive=-1)
+    try:
+        with cache.lease(key(), lambda: FakeSession("m")):
+            pass
+        idle = until(lambda: cache.status()["idle_seconds"], what="some idle time")
+        with cache.lease(key(), lambda: FakeSession("again")):
+            pass
+        assert cache.status()["idle_seconds"] < idle and cache.loads == 1
+    finally:
+        cache.close()
 
 
 def test_cache_refuses_new_work_once_stopping():

@@ -42,11 +42,14 @@ def test_free_rows_make_any_acceptance_worth_drafting():
 
 
 def test_drafting_cost_counts():
+    """The same acceptance drafted at a higher cost per token earns a shorter draft, down
+    to none at a whole decode per token."""
     p = GainPolicy(line(0.05), one_row_seconds=0.01)
     for _ in range(30):
-        p.observe("slow", [1, 2], [1, 9], draft_time=0.02)     # drafting = 1 row per token
         p.observe("free", [1, 2], [1, 9], draft_time=0.0)
-    assert p.best("slow", 8) < p.best("free", 8) or p.best("slow", 8) == 0
+        p.observe("cheap", [1, 2], [1, 9], draft_time=0.005)   # half a row per token
+        p.observe("slow", [1, 2], [1, 9], draft_time=0.02)     # one row per token
+    assert p.best("free", 8) > p.best("cheap", 8) > p.best("slow", 8) == 0
 
 
 def test_a_cut_draft_still_teaches():

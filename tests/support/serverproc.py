@@ -5,6 +5,7 @@ a subprocess where the process matters (signals, the CLI, disconnects). ``--host
 127.0.0.1:0`` lets the OS pick the port; the server prints the address it got on its
 first line."""
 import json
+import logging
 import os
 import re
 import signal
@@ -61,6 +62,7 @@ class AppServer(Http):
         config = ServerConfig(data_dir=data_dir, bind_host="127.0.0.1", **fields)
         if nctx is not None:
             config.defaults = Defaults(nctx=nctx)
+        self._log = _LogLines()
         self.app = create_app(config, store)
         self.cache = self.app.extensions["geniex.answerer"].cache
         self.server = make_server(self.app, "127.0.0.1", 0, config)
@@ -77,12 +79,47 @@ class AppServer(Http):
         self._thread.join(30)
         self.server.task_dispatcher.shutdown()
         self.cache.close()
+        self._log.close()
+
+    @property
+    def stderr(self):
+        """The server's log at INFO, as ``geniex --log info serve`` would print it (the
+        whole process's ``geniex`` log while this server runs)."""
+        return self._log.text()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _LogLines(logging.Handler):
+    """Collects the ``geniex`` logger tree's INFO records while installed (llama.cpp's
+    own chatter only from WARNING on, as ``geniex`` prints it unless asked)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self._lines = []
+        self._logger = logging.getLogger("geniex")
+        self._native = logging.getLogger("geniex.llama.cpp")
+        self._levels = self._logger.level, self._native.level
+        self._logger.addHandler(self)
+        self._logger.setLevel(min(self._levels[0] or logging.INFO, logging.INFO))
+        self._native.setLevel(max(self._levels[1], logging.WARNING))
+
+    def emit(self, record):
+        self._lines.append(self.format(record) + "\n")
+
+    def text(self):
+        return "".join(self._lines)
+
+    def close(self):
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._levels[0])
+        self._native.setLevel(self._levels[1])
+        super().close()
 
 
 class Server(Http):
