@@ -154,7 +154,16 @@ class _Process:
         except Exception as e:      # noqa: BLE001 - a broken worker is a dead one
             log.warning("worker %d sent a broken frame (%s); stopping it", self.pid, e)
             self.kill()
-        self.replies.put(("died", self.proc.wait()))
+        returncode = self.proc.wait()
+        # Closed here, once, by the one thread that read them (not whenever the garbage
+        # collector gets to them); a send after this fails and reports the worker gone.
+        with self._send_lock:
+            for pipe in (self.proc.stdout, self.proc.stdin):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        self.replies.put(("died", returncode))
         with _live_lock:
             _live.discard(self)
 
