@@ -74,3 +74,22 @@ class Cancelled(GenieXError):
         super().__init__(f"cancelled after {done} of {total} prompt tokens")
         self.done = done
         self.total = total
+
+
+class ModelCrashed(GenieXError):
+    """The process running a model ended under a request (the server's 502
+    ``model_crashed``): llama.cpp aborted or was killed. ``model`` names it."""
+
+    def __init__(self, message, model=None):
+        super().__init__(message)
+        self.model = model
+
+
+class RequestTimeout(GenieXError):
+    """A request ran past its time budget before it produced anything (the server's 504
+    ``request_timeout``; one that produced some text ends with ``finish_reason: length``)."""
+
+
+class ServerStopping(GenieXError):
+    """The server stopped an answer that did not end in time after a stop signal (its
+    503 ``shutting_down``)."""

@@ -49,6 +49,11 @@ def register(sub):
                      help="largest request body, e.g. 512K, 8M (default 8M; larger gets 413)")
     sec.add_argument("--max-queue", type=int, default=8,
                      help="requests that may wait for the model (default 8; more get 503 with Retry-After)")
+    sec.add_argument("--request-timeout", type=float, default=None,
+                     help="seconds a request may hold the model; an answer over it ends with finish_reason "
+                          "length (504 if nothing was produced yet). Default: fits the longest answer the "
+                          "model's context allows, measured at load (at least 60 s); 0 = no limit "
+                          "(docs/isolation.md)")
     sec.add_argument("--memory-budget", default=None,
                      help="KV cache memory a context may take, e.g. 2G (env GENIEX_MEMORY_BUDGET; default "
                           "half the machine's memory); larger nctx gets 400")
@@ -79,6 +84,8 @@ def run(args):
     from geniex.engine.limits import parse_size
     if args.nctx < 1:
         raise UsageError(f"--nctx must be a positive number of tokens (got {args.nctx})")
+    if args.request_timeout is not None and not 0 <= args.request_timeout < 1e9:
+        raise UsageError(f"--request-timeout must be a number of seconds >= 0 (got {args.request_timeout:g})")
     if not 0 <= args.max_queue <= 256:
         raise UsageError(f"--max-queue must be between 0 and 256 (got {args.max_queue})")
     # Load the llama.cpp library now: without one, say what to get before listening,
@@ -95,7 +102,7 @@ def run(args):
                           max_queue=args.max_queue,
                           memory_budget=parse_size(args.memory_budget) if args.memory_budget else None,
                           model=_default_model(args.model, args.data_dir),
-                          metrics=args.metrics, slots=args.slots)
+                          metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port)
 
 

@@ -12,11 +12,13 @@ import logging
 import os
 from dataclasses import dataclass
 
+from flask import g, has_request_context
+
 from geniex import profile
 from geniex.engine import limits, tasks
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
-from geniex.engine.session import LoadOptions, open_session
+from geniex.engine.session import LoadOptions
 from geniex.errors import Cancelled, ContextLengthExceeded, GenieXError, ModelNotFound, UsageError
 from geniex.llama.devices import chosen_names
 from geniex.speculative import options as spec_options
@@ -24,6 +26,7 @@ from geniex.speculative.options import SpecOptions
 from geniex.server import llama_fields
 from geniex.server.cache import CacheKey
 from geniex.server.validation import ApiError
+from geniex.server.worker import WorkerSession
 
 log = logging.getLogger("geniex.server")
 
@@ -101,7 +104,11 @@ class Answer:
         return "".join(self.pieces())
 
     def close(self):
-        """Hand the model to the next request (once), logging the answer's profile."""
+        """Hand the model to the next request (once), logging the answer's profile; an
+        answer left before its end is stopped first."""
+        close_events = getattr(self._events, "close", None)
+        if close_events is not None and not self.lease.released:
+            close_events()
         if self.stats is not None and not self.lease.released:
             log.info("%s: %s (stop: %s)", self.model, profile.line(self.stats), self.stats.stop_reason)
             if self._metrics is not None:
@@ -126,7 +133,7 @@ class Answerer:
     """
 
     def __init__(self, store, cache, defaults=None, allow_paths=False, memory_budget=None,
-                 default_model=None, metrics=None):
+                 default_model=None, metrics=None, request_timeout=None):
         self.store = store
         self.cache = cache
         self.defaults = defaults or Defaults()
@@ -134,6 +141,9 @@ class Answerer:
         self.memory_budget = memory_budget      # KV cache bytes (None: limits.default_budget())
         self.default_model = default_model
         self.metrics = metrics                  # a geniex.server.metrics.Metrics, or None
+        # Seconds a request may hold the model (--request-timeout); None: the model's
+        # default (WorkerSession.default_timeout), 0: no limit.
+        self.request_timeout = request_timeout
 
     # -- decoding routes -------------------------------------------------------------
     def chat(self, body, keep_cache, cancel):
@@ -192,7 +202,7 @@ class Answerer:
         lease = self._lease(body, target, None, cancel, lenient=True)
         try:
             data = None
-            for event in lease.run(task, cancel):
+            for event in lease.run(task, cancel, self.timeout(lease)):
                 if isinstance(event, tasks.Result):
                     data = event.data
             return data, target.name, warnings
@@ -313,7 +323,23 @@ class Answerer:
         key = CacheKey(target.name, options.nctx, options.ngl, devices,
                        (options.cache_type_k, options.cache_type_v), None if spec is None else spec.key(),
                        any_load=lenient and not any(body.get(f) is not None for f in LOAD_FIELDS))
-        return self.cache.lease(key, lambda: open_session(target, options), cancel)
+        # The model loads and answers in a worker process (geniex.server.worker): an
+        # abort inside llama.cpp ends that process, not the server.
+        lease = self.cache.lease(key, lambda: WorkerSession.open(target, options), cancel)
+        if self.metrics is not None:
+            self.metrics.record_wait(lease.waited)
+        if has_request_context():
+            g.geniex_queue_wait = lease.waited      # the GenieX-Queue-Wait header (app.py)
+        return lease
+
+    def timeout(self, lease):
+        """Seconds a request may hold ``lease``'s model: ``--request-timeout``, else the
+        model's default (one that fits the longest answer its context allows); None
+        for no limit."""
+        if self.request_timeout is not None:
+            return self.request_timeout if self.request_timeout > 0 else None
+        default = getattr(lease.session, "default_timeout", None)
+        return default() if default is not None else None
 
     def _gen_options(self, body, default_max):
         llama_fields.check_unsupported(body)
@@ -340,7 +366,7 @@ class Answerer:
         """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
         errors a request causes to their statuses; the lease is released on failure."""
         try:
-            answer = Answer(lease, lease.run(task, cancel), model, warnings, self.metrics)
+            answer = Answer(lease, lease.run(task, cancel, self.timeout(lease)), model, warnings, self.metrics)
             answer.task = task
             return answer
         except Cancelled as e:

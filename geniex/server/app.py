@@ -10,12 +10,12 @@ the app closes that cache when the server stops (see :mod:`geniex.server.serving
 """
 from dataclasses import dataclass, field
 
-from flask import Flask, jsonify
+from flask import Flask, g, jsonify
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
 from geniex import config as geniex_config
-from geniex.server import guard
+from geniex.server import body, guard
 from geniex.server.answering import Answerer, Defaults
 from geniex.server.cache import ModelCache
 from geniex.server.metrics import Metrics
@@ -24,6 +24,7 @@ from geniex.server.validation import ApiError, as_api_error
 
 DEFAULT_MAX_BODY = 8 << 20      # bytes; `geniex serve --max-body`
 DEFAULT_MAX_QUEUE = 8           # requests waiting for the model; `geniex serve --max-queue`
+QUEUE_WAIT_HEADER = "GenieX-Queue-Wait"     # seconds the request waited for the model
 
 
 class AnyPathConverter(PathConverter):
@@ -51,6 +52,7 @@ class ServerConfig:
     model: str | None = None           # the default model (`geniex serve --model`)
     metrics: bool = False              # GET /metrics (`--metrics`, off by default as in llama.cpp)
     slots: bool = True                 # GET /slots (`--no-slots` turns it off, as in llama.cpp)
+    request_timeout: float | None = None  # seconds a request may hold the model (None: the model's default; 0: none)
 
 
 def create_app(config=None, store=None):
@@ -68,7 +70,7 @@ def create_app(config=None, store=None):
     cache = ModelCache(config.keepalive, config.max_queue)
     app.extensions["geniex.answerer"] = Answerer(store, cache, config.defaults, allow_paths=config.allow_paths,
                                                  memory_budget=config.memory_budget, default_model=config.model,
-                                                 metrics=Metrics(cache))
+                                                 metrics=Metrics(cache), request_timeout=config.request_timeout)
     for module in (chat, native, embeddings, responses, messages, models, spec, docs):
         app.register_blueprint(module.bp)
 
@@ -78,7 +80,24 @@ def create_app(config=None, store=None):
             exc = ApiError(413, f"the request body is larger than this server's limit of {config.max_body} bytes "
                            "(geniex serve --max-body)", code="request_too_large")
         err = as_api_error(exc)
+        metrics = app.extensions["geniex.answerer"].metrics
+        if metrics is not None:
+            metrics.record_failure(err.code)
         return jsonify(err.body()), err.status, err.headers
+
+    @app.teardown_request
+    def give_memory_back(exc):
+        # A burst of large bodies leaves the heap at its peak unless it is trimmed.
+        if g.get("geniex_big_body"):
+            body.release_memory()
+
+    @app.after_request
+    def queue_wait(response):
+        # How long the request waited for the model, in seconds (docs/isolation.md).
+        waited = g.get("geniex_queue_wait")
+        if waited is not None:
+            response.headers[QUEUE_WAIT_HEADER] = f"{waited:.3f}"
+        return response
 
     guard.install(app, config)
     return app

@@ -102,14 +102,18 @@ class Lease:
     """The turn on the resident model; :meth:`release` (or leaving the ``with``
     block) hands it to the next request. Releasing twice is harmless."""
 
-    def __init__(self, cache, session):
+    def __init__(self, cache, session, waited=0.0):
         self.session = session
         self._cache = cache
         self.released = False
+        self.waited = waited            # seconds the request waited for its turn (queue wait)
 
-    def run(self, task, cancel=None):
-        """Run a task (:mod:`geniex.engine.tasks`) on the resident model: its events."""
-        return self.session.run(task, cancel)
+    def run(self, task, cancel=None, timeout=None):
+        """Run a task (:mod:`geniex.engine.tasks`) on the resident model: its events;
+        ``timeout`` seconds bound it (a model in a worker process only)."""
+        if timeout is None:
+            return self.session.run(task, cancel)
+        return self.session.run(task, cancel, timeout=timeout)
 
     def release(self):
         if not self.released:
@@ -152,6 +156,7 @@ class ModelCache:
         return a :class:`Lease` on it. When ``max_queue`` requests are already waiting,
         raises a 503 with ``Retry-After`` at once instead of queueing without bound.
         ``cancel()`` turning true while waiting (the client left) gives up the place."""
+        asked = time.monotonic()
         if not self._turn.acquire(max_waiting=self.max_queue, cancel=cancel):
             if cancel is not None and cancel():
                 log.info("request cancelled (the client went away or the server is stopping) while it "
@@ -164,7 +169,11 @@ class ModelCache:
         try:
             if self.stopping.is_set():
                 raise ApiError(503, "the server is shutting down", code="shutting_down")
+            waited = time.monotonic() - asked
             self._busy = True
+            if self._session is not None and not getattr(self._session, "alive", True):
+                # Its worker process died under an earlier request: start a new one.
+                self._free("its worker process ended")
             if not key.satisfied_by(self._key):
                 self._free("another model or load setting was requested")
                 log.info("loading %s", key.model)
@@ -174,7 +183,7 @@ class ModelCache:
                     self._reaper.start()
                 self._key = key
                 self.loads += 1
-            return Lease(self, self._session)
+            return Lease(self, self._session, waited)
         except BaseException:
             self._give_back()
             raise
@@ -220,7 +229,8 @@ class ModelCache:
         idle = None if session is None or self._busy else round(time.monotonic() - self._last_used, 3)
         return {"model": session.name if session else None,
                 "speculative": bool(session and session.speculative),
-                "idle_seconds": idle, "keepalive": self.keepalive, "loads": self.loads}
+                "idle_seconds": idle, "keepalive": self.keepalive, "loads": self.loads,
+                "worker_pid": getattr(session, "pid", None)}
 
     def stop(self):
         """Make answers in flight end at their next step (shutdown begins)."""
@@ -237,7 +247,10 @@ class ModelCache:
             finally:
                 self._turn.release()
         else:
-            log.warning("an answer did not end within %.0f s; leaving its model to the process exit", timeout)
+            # The model runs in a worker process: ending it cannot take the server down.
+            from geniex.server import worker
+            log.warning("an answer did not end within %.0f s; stopping its worker process", timeout)
+            worker.kill_all()
 
     # -- internals ----------------------------------------------------------------
     def _give_back(self):

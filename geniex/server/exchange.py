@@ -1,7 +1,7 @@
 """What every route does with a request and an answer in progress: read the body as
 strict JSON, the keep-cache header, the cancel test, and send an answer as a stream of
 server-sent events."""
-from flask import Response, current_app, request
+from flask import Response, current_app, g, request
 
 from geniex.server import body as body_json, sse
 from geniex.server.validation import ApiError, as_api_error, validate
@@ -17,7 +17,10 @@ def answerer():
 def read_body():
     """The request body as strict JSON (no NaN/Infinity, no lone surrogates, bounded
     nesting); its size was bounded by MAX_CONTENT_LENGTH (413) when it was read."""
-    return body_json.parse(request.get_data())
+    raw = request.get_data()
+    if len(raw) >= body_json.BIG_BODY:
+        g.geniex_big_body = True        # app.py gives the memory back when the request ends
+    return body_json.parse(raw)
 
 
 def keep_cache():

@@ -42,6 +42,11 @@ class Metrics:
         self.draft_tokens = 0
         self.accepted = 0
         self.by_method = {}                # method -> [steps with a draft, drafted, accepted, accept_hist]
+        self.queue_seconds = 0.0           # time requests waited for the model, in total
+        self.queue_requests = 0
+        self.queue_max = 0.0
+        self.timeouts = 0                  # answers cut by the request timeout
+        self.crashes = 0                   # worker processes that died under a request
 
     def record(self, stats):
         """Count one finished answer."""
@@ -54,6 +59,8 @@ class Metrics:
             self.predicted_seconds += stats.decode_time
             self.decodes += stats.steps + math.ceil(max(decoded - 1, 0) / PROMPT_CHUNK)
             self.tokens_max = max(self.tokens_max, stats.prompt_tokens + stats.decode_tokens)
+            if stats.stop_reason == "time_limit":
+                self.timeouts += 1
             self.drafts += sum(stats.accept_hist)
             self.draft_tokens += stats.drafted
             self.accepted += stats.accepted
@@ -66,6 +73,21 @@ class Metrics:
                     mine[3].append(0)
                 for n, count in enumerate(hist):
                     mine[3][n] += count
+
+    def record_wait(self, seconds):
+        """Count the time one request waited for its turn on the model."""
+        with self._lock:
+            self.queue_seconds += seconds
+            self.queue_requests += 1
+            self.queue_max = max(self.queue_max, seconds)
+
+    def record_failure(self, code):
+        """Count a request that ended by ``request_timeout`` or ``model_crashed``."""
+        with self._lock:
+            if code == "request_timeout":
+                self.timeouts += 1
+            elif code == "model_crashed":
+                self.crashes += 1
 
     def record_prompt(self, tokens, seconds, decodes):
         """Count a task that decodes a prompt without predicting (embeddings, rerank)."""
@@ -130,6 +152,16 @@ class Metrics:
             buckets.append(("+Inf", sum(counts)))
             hist.add_metric([method], buckets, sum_value=float(sum(n * c for n, c in enumerate(counts))))
         yield from (steps, drafted, accepted, hist)
+        yield CounterMetricFamily("geniex:queue_wait_seconds", "Time requests waited for the model.",
+                                  value=self.queue_seconds)
+        yield CounterMetricFamily("geniex:queue_requests", "Requests that got a turn on the model.",
+                                  value=self.queue_requests)
+        yield GaugeMetricFamily("geniex:queue_wait_seconds_max", "Longest wait for the model so far.",
+                                value=self.queue_max)
+        yield CounterMetricFamily("geniex:request_timeouts", "Requests cut by the request timeout.",
+                                  value=self.timeouts)
+        yield CounterMetricFamily("geniex:worker_crashes", "Worker processes that died under a request.",
+                                  value=self.crashes)
 
     def exposition(self):
         """The Prometheus text of every metric."""

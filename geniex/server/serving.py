@@ -1,13 +1,23 @@
 """Serving the app with waitress until Ctrl-C / SIGTERM, then stopping cleanly:
-the answer in flight ends at its next step, worker threads finish, the model is freed.
+the answer in flight ends at its next step and reaches its client, worker threads
+finish, the model (and its worker process) is freed.
+
+Clients cannot hold the server (docs/isolation.md, Limits): waitress reads and writes
+every connection from one event loop, so an open connection costs a socket, not a
+thread; this module bounds what a connection may hold on to: how many are open
+(:data:`CONNECTION_LIMIT`), how long one may stay idle (:data:`IDLE_TIMEOUT`) or take to
+send its request (:data:`READ_TIMEOUT`), and what happens when a client stops reading
+its answers (:class:`_Channel`: no worker thread waits for it; it is closed after
+:data:`SEND_STALL` seconds without progress).
 """
 import json
 import logging
 import signal
 import threading
+import time
 
 import waitress
-from waitress.channel import HTTPChannel
+from waitress.channel import ClientDisconnected, HTTPChannel
 from waitress.task import ErrorTask
 
 from geniex.errors import UsageError
@@ -20,6 +30,12 @@ log = logging.getLogger("geniex.server")
 # Worker threads beyond the answering one and the queue (--max-queue): /health, the
 # docs and the quick 503s of a full queue always find a free thread.
 SPARE_THREADS = 3
+CONNECTION_LIMIT = 1024     # open connections (waitress's default, 100, a few clients could fill)
+IDLE_TIMEOUT = 30.0         # seconds a connection may stay idle between requests
+READ_TIMEOUT = 30.0         # seconds a request's headers and body may take to arrive
+SEND_STALL = 30.0           # seconds a client may go without reading what it asked for
+CLEANUP_INTERVAL = 1.0      # seconds between the checks of these bounds
+SHUTDOWN_WAIT = 30.0        # seconds a stopping server waits for answers to end and reach their clients
 
 
 def parse_host(value):
@@ -69,7 +85,130 @@ class _JsonErrorTask(ErrorTask):
 
 
 class _Channel(HTTPChannel):
+    """A waitress connection that a client cannot use to hold a worker thread.
+
+    Waitress waits in a worker thread until the client has read enough of what it was
+    sent (the output over ``outbuf_high_watermark``) before it answers the next
+    pipelined request, and while an answer is written; a client that never reads held
+    that thread forever (13 such clients held all of them). Here the next request
+    waits without a thread (:meth:`service` returns; the event loop's maintenance
+    resumes it once the client has read), and a write waits at most
+    :data:`SEND_STALL` seconds without progress before the connection is closed.
+    """
+
     error_task_class = _JsonErrorTask
+    paused = False              # a pipelined request waits for the client to read
+    reading_since = None        # when the request being received started to arrive
+    _writing = False
+    _stalled_since = None
+
+    def received(self, data):
+        before = self.request
+        result = super().received(data)
+        if self.request is None:
+            self.reading_since = None
+        elif self.request is not before:
+            self.reading_since = time.monotonic()
+        return result
+
+    def service(self):
+        if self.connected and self.total_outbufs_len > self.adj.outbuf_high_watermark:
+            self.paused = True              # resumed by _maintenance once the client has read
+            self.server.pull_trigger()
+            return
+        try:
+            super().service()
+        except ClientDisconnected:
+            self._drop()
+
+    def write_soon(self, data):
+        self._writing = True
+        try:
+            return super().write_soon(data)
+        finally:
+            self._writing = False
+
+    def _flush_outbufs_below_high_watermark(self):
+        # Between pipelined requests (not writing): no wait here, service() pauses the
+        # next one instead. While writing: wait as waitress does, but not forever.
+        if not self._writing or self.total_outbufs_len <= self.adj.outbuf_high_watermark:
+            return
+        with self.outbuf_lock:
+            self._flush_exception(self._flush_some, do_close=False)
+            last, since = self.total_outbufs_len, time.monotonic()
+            while self.connected and self.total_outbufs_len > self.adj.outbuf_high_watermark:
+                self.server.pull_trigger()
+                self.outbuf_lock.wait(CLEANUP_INTERVAL)
+                if self.total_outbufs_len < last:
+                    last, since = self.total_outbufs_len, time.monotonic()
+                elif time.monotonic() - since > SEND_STALL:
+                    log.info("closing a connection from %s: it read nothing for %.0f s", self.addr, SEND_STALL)
+                    self.will_close = True
+                    self.server.pull_trigger()
+                    raise ClientDisconnected
+
+    def _drop(self):
+        with self.requests_lock:
+            for request in self.requests:
+                request.close()
+            self.requests = []
+        self.will_close = True
+        self.server.pull_trigger()
+
+    def check_bounds(self, now, idle_cutoff):
+        """Called by the event loop every :data:`CLEANUP_INTERVAL`: close a connection
+        idle too long, one whose request takes too long to arrive, or one that stopped
+        reading; resume a paused one whose client has read."""
+        mono = time.monotonic()
+        if self.paused:
+            if self.total_outbufs_len <= self.adj.outbuf_high_watermark:
+                self.paused = False
+                self._stalled_since = None
+                if self.connected and self.requests:
+                    self.server.add_task(self)
+                return
+            if self._stalled_since is None or self.last_activity > self._stalled_since[1]:
+                self._stalled_since = (mono, self.last_activity)
+            elif mono - self._stalled_since[0] > SEND_STALL:
+                log.info("closing a connection from %s: it read nothing for %.0f s", self.addr, SEND_STALL)
+                self._drop()
+            return
+        if self.reading_since is not None and mono - self.reading_since > READ_TIMEOUT:
+            log.info("closing a connection from %s: its request took more than %.0f s to arrive",
+                     self.addr, READ_TIMEOUT)
+            self.will_close = True
+        elif not self.requests and self.last_activity < idle_cutoff:
+            self.will_close = True
+
+
+def _maintenance(server):
+    """A replacement for waitress's idle check (``maintenance``) that applies every
+    bound of :meth:`_Channel.check_bounds`."""
+    def maintenance(now):
+        cutoff = now - server.adj.channel_timeout
+        for channel in list(server.active_channels.values()):
+            if isinstance(channel, _Channel):
+                channel.check_bounds(now, cutoff)
+            elif not channel.requests and channel.last_activity < cutoff:
+                channel.will_close = True
+    return maintenance
+
+
+def _raise_file_limit(wanted):
+    """Let the process hold ``wanted`` open files (connections) if the hard limit allows."""
+    try:
+        import resource
+    except ImportError:             # Windows: no such limit to raise
+        return wanted
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else min(wanted, soft)
 
 
 def make_server(app, host, port, config, also=()):
@@ -81,13 +220,18 @@ def make_server(app, host, port, config, also=()):
     where = {"host": host, "port": port}
     if also:
         where = {"listen": " ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in [(host, port), *also])}
+    # Sockets beyond the connections: the listeners, the trigger, the model's worker pipes, logs.
+    limit = max(64, _raise_file_limit(CONNECTION_LIMIT + 64) - 64)
     server = waitress.create_server(app, threads=config.max_queue + 1 + SPARE_THREADS,
                                     channel_request_lookahead=4, ident="geniex",
-                                    max_request_body_size=2 * config.max_body + 65536, **where)
+                                    max_request_body_size=2 * config.max_body + 65536,
+                                    connection_limit=limit, channel_timeout=IDLE_TIMEOUT,
+                                    cleanup_interval=CLEANUP_INTERVAL, **where)
     # One listening socket, or several (a name that resolved to several addresses).
     for listener in [server, *getattr(server, "map", {}).values()]:
         if hasattr(listener, "channel_class"):
             listener.channel_class = _Channel
+            listener.maintenance = _maintenance(listener)
     return server
 
 
@@ -105,6 +249,77 @@ def address(server):
     return addresses_of(server)[0]
 
 
+class _Stopper:
+    """Ctrl-C / SIGTERM: stop taking connections, let the answers in flight end at their
+    next step (the model runs in a worker process: the server never exits under a
+    decode), wait until they reached their clients (at most :data:`SHUTDOWN_WAIT`
+    seconds), then close every connection, which ends waitress's loop. A second
+    signal closes everything at once."""
+
+    def __init__(self, server, cache):
+        self.server = server
+        self.cache = cache
+        self.started = False
+        self.closed = False
+
+    def signal(self, signum, frame):
+        # A signal handler runs between two bytecodes of the event loop, which may hold
+        # the trigger's lock: everything beyond setting flags happens in a thread.
+        if self.started:
+            log.warning("stopping now: closing every connection")
+            threading.Thread(target=self._close_all, name="geniex-stop-now", daemon=True).start()
+            return
+        self.started = True
+        self.cache.stop()
+        threading.Thread(target=self._drain, name="geniex-shutdown", daemon=True).start()
+
+    def _listeners(self):
+        return [ch for ch in list(self.server._map.values()) if getattr(ch, "accepting", False)]
+
+    def _stop_listening(self):
+        for listener in self._listeners():
+            listener.accepting = False
+            listener.del_channel()
+            listener.socket.close()
+
+    def _busy(self):
+        dispatcher = self.server.task_dispatcher
+        channels = [ch for ch in list(self.server._map.values()) if isinstance(ch, HTTPChannel)]
+        return (dispatcher.active_count or dispatcher.queue or self.cache.busy
+                or any(ch.total_outbufs_len and ch.connected for ch in channels))
+
+    def _drain(self):
+        log.info("stopping: answers in flight end at their next step")
+        self._pull(self._stop_listening)
+        if not self._wait(SHUTDOWN_WAIT):
+            # An answer that does not reach its next step in time (a long prompt chunk on
+            # a busy machine): end its worker, so its client still gets an error answer.
+            from geniex.server import worker
+            log.warning("an answer did not end within %.0f s of the signal; stopping its worker", SHUTDOWN_WAIT)
+            worker.kill_all(stopping=True)
+            self._wait(5.0)
+        self._close_all()
+
+    def _wait(self, seconds):
+        deadline = time.monotonic() + seconds
+        while self._busy():
+            if time.monotonic() >= deadline or self.closed:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _close_all(self):
+        if not self.closed:
+            self.closed = True
+            self._pull(lambda: [ch.close() for ch in list(self.server._map.values())])
+
+    def _pull(self, thunk):
+        try:
+            self.server.trigger.pull_trigger(thunk)
+        except OSError:             # the loop has already ended
+            pass
+
+
 def serve(config, host_value, announce=print, port=None):
     """Run the server in this (main) thread until interrupted; returns 0. ``host_value``
     may list several addresses (:func:`parse_hosts`)."""
@@ -118,18 +333,11 @@ def serve(config, host_value, announce=print, port=None):
     except OSError as e:
         raise UsageError(f"cannot listen on {host_value}: {e.strerror or e}") from None
 
-    def stop(signum, frame):
-        # Let the answer in flight end now, then make waitress leave its loop. A
-        # second signal while stopping is ignored: the shutdown is already bounded.
-        if cache.stopping.is_set():
-            return
-        cache.stop()
-        raise KeyboardInterrupt
-
+    stopper = _Stopper(server, cache)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, stop)
+            previous[sig] = signal.signal(sig, stopper.signal)
     for bound, _ in addresses:
         if not is_loopback(bound) and not config.api_key:
             log.warning("listening on %s, beyond this machine, with no API key: anyone who can reach it can "
@@ -138,10 +346,13 @@ def serve(config, host_value, announce=print, port=None):
     announce(f"geniex server listening on {address(server)}{more} (docs: {address(server)}/docs/); Ctrl-C to stop",
              flush=True)
     try:
-        server.run()                    # returns after KeyboardInterrupt, threads joined
+        server.run()                    # returns once the stopper closed every connection
     finally:
         cache.close()
         server.close()
+        server.task_dispatcher.shutdown()
+        from geniex.server import worker
+        worker.kill_all()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log.info("server stopped")

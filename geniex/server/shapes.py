@@ -12,7 +12,7 @@ FINGERPRINT = f"b11549-geniex-{__version__}"
 # The loop's stop reasons -> OpenAI's finish_reason ("user" is a cancelled answer,
 # e.g. at shutdown: it ended on purpose, not for lack of room).
 _FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop",
-           "length": "length", "context_length": "length"}
+           "length": "length", "context_length": "length", "time_limit": "length"}
 
 
 def finish_reason(stop):

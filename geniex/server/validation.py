@@ -19,8 +19,8 @@ from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 from werkzeug.exceptions import HTTPException
 
-from geniex.errors import (ContextLengthExceeded, GenieXError, LibraryError, ModelLoadError,
-                           ModelNotFound, Unsupported, UsageError)
+from geniex.errors import (ContextLengthExceeded, GenieXError, LibraryError, ModelCrashed, ModelLoadError,
+                           ModelNotFound, RequestTimeout, ServerStopping, Unsupported, UsageError)
 
 log = logging.getLogger("geniex.server")
 
@@ -148,12 +148,20 @@ def _json_type(value):
 
 # GenieXError subclasses -> (status, code); anything else a GenieXError is the
 # client's to fix (bad flag value, a template that refuses the conversation, ...).
+# Why these statuses (docs/isolation.md): a model file that cannot be loaded is a 422,
+# the request was understood but names something that cannot be used (retrying the
+# same request will not help; another model will); a model that crashed under a
+# request is a 502, the server is up but the process behind it failed (a retry loads
+# the model again); a request over its time budget with nothing produced is a 504.
 _STATUS = [
+    (ModelCrashed, 502, "model_crashed"),
+    (RequestTimeout, 504, "request_timeout"),
+    (ServerStopping, 503, "shutting_down"),
     (ModelNotFound, 404, "model_not_found"),
     (ContextLengthExceeded, 400, "context_length_exceeded"),
     (Unsupported, 501, "not_supported"),
     (UsageError, 400, "invalid_value"),
-    (ModelLoadError, 500, "model_load_failed"),
+    (ModelLoadError, 422, "model_load_failed"),
     (LibraryError, 500, "library_error"),
     (GenieXError, 400, None),
 ]

@@ -19,7 +19,7 @@ bp = Blueprint("messages", __name__)
 
 # The loop's stop reasons -> Anthropic's stop_reason.
 STOP = {"eos": "end_turn", "user": "end_turn", "stop_sequence": "stop_sequence", "length": "max_tokens",
-        "context_length": "max_tokens"}
+        "context_length": "max_tokens", "time_limit": "max_tokens"}
 
 
 def _text(content, where):

@@ -17,7 +17,8 @@ from geniex.server.validation import ApiError, validate, validate_spec
 bp = Blueprint("native", __name__)
 
 # The loop's stop reasons -> llama.cpp's stop_type.
-STOP_TYPE = {"eos": "eos", "length": "limit", "context_length": "limit", "stop_sequence": "word", "user": "none"}
+STOP_TYPE = {"eos": "eos", "length": "limit", "context_length": "limit", "stop_sequence": "word", "user": "none",
+             "time_limit": "limit"}
 
 
 # -- decoding ---------------------------------------------------------------------------

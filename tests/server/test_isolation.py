@@ -1,0 +1,254 @@
+"""The server's models run in a supervised worker process (geniex.server.worker): a
+worker that dies ends its request with a clear error and the server answers the next
+one; a model that aborts llama.cpp is a load error; a request over its time budget
+ends with finish_reason ``length`` (or a 504); the queue's wait is visible; and slow,
+never-reading or flooding clients cannot hold the server (geniex.server.serving)."""
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from serverproc import DEMO, ROOT, AppServer, Server, chat_body, check_shape
+
+sys.path.insert(0, str(ROOT / "tools" / "reliability"))
+import gguf_mutants  # noqa: E402
+
+LONG = {"model": DEMO, "messages": [{"role": "user", "content": "Tell me a very long story about a dragon."}],
+        "max_completion_tokens": 2000}
+
+
+def wait_for(predicate, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with AppServer(tmp_path_factory.mktemp("iso-data"), nctx=2048, metrics=True) as s:
+        yield s
+
+
+def test_the_model_runs_in_a_worker_process_shown_in_health(server):
+    assert server.chat(chat_body(max_tokens=2)).status_code == 200
+    pid = server.health()["worker_pid"]
+    assert isinstance(pid, int) and pid != os.getpid()
+    os.kill(pid, 0)                                      # a live process of its own
+
+
+def test_a_worker_killed_mid_answer_ends_that_request_and_the_server_answers_the_next(server):
+    assert server.chat(chat_body(max_tokens=1)).status_code == 200
+    pid = server.health()["worker_pid"]
+    with requests.post(server.url + "/v1/chat/completions", json={**LONG, "stream": True}, stream=True,
+                       timeout=120) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        seen = 0
+        for line in lines:
+            if line.startswith(b"data:"):
+                seen += 1
+            if seen >= 3:
+                break
+        os.kill(pid, signal.SIGKILL)
+        rest = [line for line in lines if line]
+    # The stream ends with an error event in OpenAI's shape naming the model, then [DONE].
+    assert rest[-1] == b"data: [DONE]"
+    error = json.loads(rest[-2][5:])["error"]
+    assert error["code"] == "model_crashed" and DEMO in error["message"] and "SIGKILL" in error["message"]
+    # The next request starts a new worker and is answered.
+    ok = server.chat(chat_body(max_tokens=3))
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
+    assert server.health()["worker_pid"] not in (None, pid)
+
+
+def test_a_worker_killed_under_a_plain_request_is_a_502(server):
+    assert server.chat(chat_body(max_tokens=1)).status_code == 200
+    pid = server.health()["worker_pid"]
+    box = []
+    import threading
+    t = threading.Thread(target=lambda: box.append(server.chat(LONG)))
+    t.start()
+    wait_for(lambda: server.health()["idle_seconds"] is None)        # answering
+    os.kill(pid, signal.SIGKILL)
+    t.join(120)
+    r = box[0]
+    assert r.status_code == 502, r.text
+    check_shape(r.json(), "Error")
+    assert r.json()["error"]["code"] == "model_crashed"
+    assert server.chat(chat_body(max_tokens=2)).status_code == 200
+
+
+# -- a model that aborts llama.cpp ---------------------------------------------------------
+def _spm_mutant(dest):
+    """The demo model with ``tokenizer.ggml.model = "llama"``: a SentencePiece vocabulary
+    without byte tokens, which passes geniex's checks and loads, and then aborts
+    llama.cpp (an uncaught std::out_of_range, SIGABRT) on the first newline it tokenizes."""
+    src = gguf_mutants.parse(gguf_mutants.demo_path())
+    kvs = [gguf_mutants.KV(kv.key, gguf_mutants.STRING, gguf_mutants.encode_string("llama"), "llama")
+           if kv.key == "tokenizer.ggml.model" else kv for kv in src.kvs]
+    gguf_mutants.Mutant(0, "vocab", "SPM without byte tokens", kvs=kvs).write(src, dest)
+    return dest
+
+
+def test_a_model_that_aborts_llamacpp_is_a_load_error_and_the_server_stays_up(tmp_path, data_dir, cli):
+    from geniex.llama.gguf_file import read_header
+    bad = _spm_mutant(tmp_path / "spm.gguf")
+    read_header(bad)        # the premise: our validator passes it (llama.cpp is left to abort)
+    assert cli("pull", "org/aborts", "--local-path", str(bad)).returncode == 0
+    with AppServer(data_dir, nctx=512) as s:
+        r = s.chat(chat_body(model="org/aborts", max_tokens=2))
+        assert r.status_code == 422, r.text
+        check_shape(r.json(), "Error")
+        error = r.json()["error"]
+        assert error["code"] == "model_load_failed" and "org/aborts" in error["message"]
+        assert "SIGABRT" in error["message"]
+        assert s.health()["status"] == "ok"
+        ok = s.chat(chat_body(max_tokens=2))
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+
+
+# -- fair use: the time budget and the queue -------------------------------------------------
+def test_an_answer_over_its_time_budget_ends_with_finish_reason_length(tmp_path):
+    with AppServer(tmp_path, nctx=2048, request_timeout=8.0) as s:
+        assert s.chat(chat_body(max_tokens=1)).status_code == 200     # load and first decodes outside the budget
+        r = s.chat({**LONG, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["choices"][0]["finish_reason"] == "length"
+        assert 0 < out["usage"]["completion_tokens"] < 2000
+        events = s.stream("/v1/chat/completions", {**LONG, "ignore_eos": True})
+        assert events[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_a_prompt_over_the_time_budget_is_a_504(tmp_path):
+    with AppServer(tmp_path, nctx=4096, request_timeout=0.01) as s:
+        assert s.chat({"model": DEMO, "messages": []}).status_code == 200
+        r = s.chat(chat_body("word " * 3000, max_tokens=4))
+        assert r.status_code == 504, r.text
+        check_shape(r.json(), "Error")
+        assert r.json()["error"]["code"] == "request_timeout"
+        assert "--request-timeout" in r.json()["error"]["message"]
+        assert s.chat(chat_body(max_tokens=1)).status_code in (200, 504)     # the model is free again
+
+
+def test_the_default_budget_fits_the_longest_answer(server):
+    assert server.chat(chat_body(max_tokens=1)).status_code == 200
+    session = server.cache._session
+    assert session.row_seconds > 0
+    assert session.default_timeout() >= max(60.0, 2048 * session.row_seconds)
+
+
+def test_the_queue_wait_is_a_header_and_a_metric(server):
+    r = server.chat(chat_body(max_tokens=1))
+    assert float(r.headers["GenieX-Queue-Wait"]) >= 0
+    text = server.get("/metrics").text
+    assert "geniex:queue_wait_seconds_total" in text and "geniex:request_timeouts_total" in text
+
+
+# -- clients -----------------------------------------------------------------------------
+def _connect(server):
+    host, port = server.host.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def test_300_slow_and_never_reading_connections_leave_health_and_chat_answering(server):
+    socks = []
+    try:
+        for _ in range(200):            # slowloris: a request line and one header, then nothing
+            c = _connect(server)
+            c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n")
+            socks.append(c)
+        pipelined = b"GET /docs/swagger-ui-bundle.js HTTP/1.1\r\nHost: localhost\r\n\r\n" * 40
+        for _ in range(100):            # asks for megabytes and never reads them
+            c = _connect(server)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            c.sendall(pipelined)
+            socks.append(c)
+        for _ in range(3):
+            assert server.health()["status"] == "ok"
+        r = server.chat(chat_body(max_tokens=3))
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+    finally:
+        for c in socks:
+            c.close()
+
+
+def test_a_request_that_takes_too_long_to_arrive_is_closed(server, monkeypatch):
+    from geniex.server import serving
+    monkeypatch.setattr(serving, "READ_TIMEOUT", 1.0)
+    c = _connect(server)
+    c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{")
+    c.settimeout(30)
+    assert c.recv(1000) == b""                          # closed by the server
+    c.close()
+    assert server.health()["status"] == "ok"
+
+
+def test_a_client_that_stops_reading_is_dropped_and_holds_no_thread(server, monkeypatch):
+    from geniex.server import serving
+    monkeypatch.setattr(serving, "SEND_STALL", 1.0)
+    c = _connect(server)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.sendall(b"GET /docs/swagger-ui-bundle.js HTTP/1.1\r\nHost: localhost\r\n\r\n" * 40)
+    time.sleep(3)
+    # Reading now: the server answered some, then closed the connection.
+    c.settimeout(30)
+    got = 0
+    while True:
+        data = c.recv(1 << 20)
+        if not data:
+            break
+        got += len(data)
+    c.close()
+    bundle = len(server.get("/docs/swagger-ui-bundle.js").content)
+    assert 0 < got < 40 * bundle
+    assert server.health()["status"] == "ok"
+
+
+def test_many_content_parts_are_refused_before_the_schema_check(server):
+    body = {"model": DEMO, "max_completion_tokens": 1,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": ""}] * 275_000}]}
+    r = server.post("/v1/chat/completions", body)
+    assert r.status_code == 413, r.text
+    check_shape(r.json(), "Error")
+    assert "objects" in r.json()["error"]["message"]
+
+
+def test_a_long_array_is_refused_before_the_schema_check(server):
+    r = server.post("/v1/completions", {"model": DEMO, "prompt": [1] * 1_000_000, "max_tokens": 1})
+    assert r.status_code == 413, r.text
+    assert "items" in r.json()["error"]["message"]
+
+
+# -- shutdown ----------------------------------------------------------------------------
+def test_sigterm_during_a_long_prompt_cancels_it_between_chunks_and_the_client_gets_an_answer(tmp_path):
+    s = Server(tmp_path, "--nctx", 4096)
+    try:
+        assert s.chat({"model": DEMO, "messages": []}).status_code == 200
+        box = []
+        import threading
+        t = threading.Thread(target=lambda: box.append(s.chat(chat_body("word " * 3400, max_tokens=50))))
+        t.start()
+        wait_for(lambda: s.health()["idle_seconds"] is None)        # the prompt is being decoded
+        time.sleep(0.5)
+        s.proc.send_signal(signal.SIGTERM)
+        t.join(120)
+        code = s.proc.wait(60)
+    finally:
+        s.stop()
+    assert code == 0, s.stderr[-2000:]                  # no segfault under llama_decode
+    r = box[0]                                          # a whole HTTP answer, not a dropped connection
+    if r.status_code != 200:
+        assert r.status_code == 503 and r.json()["error"]["code"] in ("request_cancelled", "shutting_down"), r.text
+    assert "Traceback" not in s.stderr
