@@ -150,7 +150,10 @@ class _Process:
                 if frame is None:
                     break
                 for message in frame:
-                    self.replies.put(message)
+                    if message[0] == "log":
+                        _emit(message)
+                    else:
+                        self.replies.put(message)
         except Exception as e:      # noqa: BLE001 - a broken worker is a dead one
             log.warning("worker %d sent a broken frame (%s); stopping it", self.pid, e)
             self.kill()
@@ -373,7 +376,32 @@ def kill_all(stopping=False):
         process.kill()
 
 
+def _emit(message):
+    """Log a record the worker forwarded, through the server's own handlers (its
+    ``--log`` level, a test's capture), as if the server had logged it."""
+    _, level, name, text = message
+    logger = logging.getLogger(name)
+    if logger.isEnabledFor(level):
+        logger.log(level, "%s", text)
+
+
 # -- the worker side ---------------------------------------------------------------------
+class _Forward(logging.Handler):
+    """The worker's log goes to the server as ``("log", level, logger, text)`` messages,
+    so it reaches the server's handlers (not only the worker's inherited stderr)."""
+
+    def __init__(self, sender):
+        super().__init__()
+        self._sender = sender
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    def emit(self, record):
+        try:
+            self._sender.put(("log", record.levelno, record.name, self.format(record)))
+        except Exception:       # noqa: BLE001 - logging never breaks an answer
+            self.handleError(record)
+
+
 class _Sender:
     """Writes queued messages to the parent from its own thread: whatever accumulated
     since the last write goes as one frame (batches when the answer is fast)."""
@@ -455,10 +483,12 @@ class _Worker:
                 self.run(*message[1:])
 
     def load(self, target, options, level, native):
-        from geniex import log as geniex_log
         from geniex.engine.session import open_session
-        geniex_log.setup()
-        logging.getLogger("geniex").setLevel(level)
+        root = logging.getLogger("geniex")
+        if not any(isinstance(h, _Forward) for h in root.handlers):
+            root.addHandler(_Forward(self.sender))
+        root.propagate = False
+        root.setLevel(level)
         logging.getLogger("geniex.llama.cpp").setLevel(native)
         try:
             self.session = open_session(target, options)
