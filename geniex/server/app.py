@@ -15,7 +15,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
 from geniex import config as geniex_config
-from geniex.server import body, guard
+from geniex.server import body, guard, validation
 from geniex.server.answering import Answerer, Defaults
 from geniex.server.cache import ModelCache
 from geniex.server.metrics import Metrics
@@ -73,6 +73,9 @@ def create_app(config=None, store=None):
                                                  metrics=Metrics(cache), request_timeout=config.request_timeout)
     for module in (chat, native, embeddings, responses, messages, models, spec, docs):
         app.register_blueprint(module.bp)
+    # The request schemas are read now: a broken install fails at start, and no request
+    # depends on opening files (a flood of connections may have used up descriptors).
+    validation.schemas()
 
     @app.errorhandler(Exception)
     def error_answer(exc):

@@ -31,6 +31,13 @@ log = logging.getLogger("geniex.server")
 # docs and the quick 503s of a full queue always find a free thread.
 SPARE_THREADS = 3
 CONNECTION_LIMIT = 1024     # open connections (waitress's default, 100, a few clients could fill)
+FILE_RESERVE = 128          # file descriptors never given to connections (see make_server)
+# Unread output a connection may hold before its next pipelined request waits (and a
+# write waits for the client): about one answer, so a client that asks and never reads
+# holds little memory. Below OUTPUT_IN_MEMORY it stays in memory: waitress's temporary
+# files cost a descriptor each and a flood of never-reading clients ran out of them.
+OUTPUT_HELD = 1 << 20
+OUTPUT_IN_MEMORY = 8 << 20
 IDLE_TIMEOUT = 30.0         # seconds a connection may stay idle between requests
 READ_TIMEOUT = 30.0         # seconds a request's headers and body may take to arrive
 SEND_STALL = 30.0           # seconds a client may go without reading what it asked for
@@ -220,13 +227,16 @@ def make_server(app, host, port, config, also=()):
     where = {"host": host, "port": port}
     if also:
         where = {"listen": " ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in [(host, port), *also])}
-    # Sockets beyond the connections: the listeners, the trigger, the model's worker pipes, logs.
-    limit = max(64, _raise_file_limit(CONNECTION_LIMIT + 64) - 64)
+    # A connection may hold two descriptors: its socket and, once its unread output
+    # passes waitress's in-memory buffer, that buffer's temporary file. Kept aside: the
+    # listeners, the trigger, the model's worker pipes, logs and the store's files.
+    limit = max(64, (_raise_file_limit(2 * CONNECTION_LIMIT + FILE_RESERVE) - FILE_RESERVE) // 2)
     server = waitress.create_server(app, threads=config.max_queue + 1 + SPARE_THREADS,
                                     channel_request_lookahead=4, ident="geniex",
                                     max_request_body_size=2 * config.max_body + 65536,
                                     connection_limit=limit, channel_timeout=IDLE_TIMEOUT,
-                                    cleanup_interval=CLEANUP_INTERVAL, **where)
+                                    cleanup_interval=CLEANUP_INTERVAL, outbuf_high_watermark=OUTPUT_HELD,
+                                    outbuf_overflow=OUTPUT_IN_MEMORY, **where)
     # One listening socket, or several (a name that resolved to several addresses).
     for listener in [server, *getattr(server, "map", {}).values()]:
         if hasattr(listener, "channel_class"):

@@ -3,10 +3,12 @@
 The Swagger UI files come from the flask-swagger-ui package's ``dist`` folder and are
 served from here, so the page works with no internet (no CDN, no online validator).
 """
+import functools
+import mimetypes
 from pathlib import Path
 
 import flask_swagger_ui
-from flask import Blueprint, Response, current_app, jsonify, redirect, send_from_directory, url_for
+from flask import Blueprint, Response, abort, current_app, jsonify, redirect, url_for
 
 from geniex.server import openapi
 
@@ -58,9 +60,22 @@ def swagger_page():
     return Response(PAGE.format(base=base, spec=url_for("docs.openapi_json")), mimetype="text/html")
 
 
+@functools.cache
+def _dist_files():
+    """The Swagger UI's files (about 2.5 MB), read once. Served from memory so that an
+    answer holds no open file: clients that pipeline requests for the bundle and never
+    read would otherwise hold a file descriptor per queued answer and could exhaust the
+    process's (often 1024) and with it the model's worker pipes."""
+    return {p.name: p.read_bytes() for p in SWAGGER_DIST.iterdir() if p.is_file()}
+
+
 @bp.get("/docs/<path:name>")
 def swagger_file(name):
-    return send_from_directory(SWAGGER_DIST, name)
+    data = _dist_files().get(name)
+    if data is None:
+        abort(404)
+    kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    return Response(data, mimetype=kind, headers={"Cache-Control": "public, max-age=3600"})
 
 
 @bp.get("/openapi.json")
