@@ -39,6 +39,7 @@ import threading
 import time
 from pathlib import Path
 
+from geniex import profile
 from geniex.errors import GenieXError, ModelCrashed, ModelLoadError, RequestTimeout, ServerStopping
 
 log = logging.getLogger("geniex.server")
@@ -314,8 +315,15 @@ class WorkerSession:
             if message[0] == "died":
                 self._active = None
                 self.crashed = exit_text(message[1])
-            elif message[1] == run_id and message[0] in ("end", "error"):
+            elif message[1] != run_id:
+                continue
+            elif message[0] in ("end", "error"):
                 self._active = None
+            elif message[0] == "event" and getattr(message[2], "stats", None) is not None and message[2].stats.stop_reason:
+                # The cancelled answer's profile: how far it got before its client left.
+                stats = message[2].stats
+                log.info("%s: %s (stop: %s; the answer was left by its client)", self.name, profile.line(stats),
+                         stats.stop_reason)
 
     def _kill_overdue(self, task, timeout, produced):
         log.warning("%s: the answer ran %.0f s past its %.0f s timeout; stopping worker process %d",

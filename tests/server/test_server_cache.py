@@ -3,6 +3,7 @@ the KV cache between requests, client disconnects (in process, ``create_app()``)
 shutdown by signal (``geniex serve``)."""
 import concurrent.futures as futures
 import json
+import re
 import signal
 
 import pytest
@@ -110,7 +111,9 @@ def test_client_disconnect_mid_stream_stops_the_answer(server):
     # The answer (up to 2000 tokens) stops at its next step: the model is free again
     # with only the prompt and the first few tokens in its KV cache.
     until(lambda: not server.cache.busy, what="the model to be free")
-    assert len(server.cache._session.kv.tokens) < 200
+    # The model runs in a worker process: the answer's logged profile says how far it got.
+    left = re.findall(r"• (\d+) tok • .*\(stop: (\w+); the answer was left by its client\)", server.stderr)
+    assert left and int(left[-1][0]) < 200, server.stderr
     ok = server.chat(chat_body(max_tokens=3))
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
 
@@ -144,7 +147,7 @@ def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
     assert finish["timings"]["predicted_n"] < 2000      # ended early, not run to its length
     assert s.stop() == 0
     assert "freeing demo/SmolLM2-135M-Instruct:Q4_1 (the server is stopping)" in s.stderr
-    assert "Traceback" not in s.stderr
+    assert "Traceback" not in s.stderr, s.stderr[s.stderr.find("Traceback") - 300:][:4000]
 
 
 def test_ctrl_c_stops_an_idle_server(tmp_path):
