@@ -15,6 +15,24 @@ LEVELS = {
 logging.addLevelName(5, "TRACE")
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a record is written (as logging's
+    own last-resort handler), not the stream of the moment it was made: a caller that
+    swaps stderr (pytest's capture, an embedding app) and closes the old one does not
+    leave geniex writing to a closed file."""
+
+    def __init__(self):
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def setup(level_name=None, verbose=False):
     """Configure the ``geniex`` logger tree on stderr.
 
@@ -27,7 +45,7 @@ def setup(level_name=None, verbose=False):
         raise UsageError(f"unknown log level {name!r}; choose one of: {', '.join(sorted(set(LEVELS) - {'warning'}))}")
     root = logging.getLogger("geniex")
     if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
     root.propagate = False
