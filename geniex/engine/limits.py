@@ -54,7 +54,7 @@ def default_budget():
 
 
 @lru_cache(maxsize=32)
-def _header(path, mtime_ns, size):
+def _header(path, _mtime_ns, _size):      # the file's version is part of the cache key
     return read_header(path)
 
 

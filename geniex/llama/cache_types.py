@@ -32,7 +32,6 @@ F16 = TYPES["f16"]          # the library's default (llama_context_default_param
 # Types whose one-row decodes on several threads take the split-KV flash-attention path
 # (ggml-cpu ops.cpp, use_split_kv_path: K/V F32 or F16, one query row, >= 512 KV cells).
 SPLIT_KV_TYPES = frozenset({TYPES["f32"], TYPES["f16"]})
-SPLIT_KV_MIN_CELLS = 512
 
 
 def parse(name):

@@ -108,7 +108,6 @@ FIELDS = (
           "time, measured) or fixed (as long as the drafter offers, up to its maximum)",
           choices=("auto", "fixed")),
 )
-BY_ATTR = {f.attr: f for f in FIELDS}
 
 
 def parse_types(value):
