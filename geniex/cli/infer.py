@@ -4,7 +4,7 @@ import sys
 
 from geniex import config, profile
 from geniex.cli import console
-from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, load_options
+from geniex.cli.options import add_chat_verb, gen_options, load_options
 from geniex.engine.chat import Conversation
 from geniex.engine import limits
 from geniex.engine.session import open_session
@@ -17,13 +17,10 @@ log = logging.getLogger("geniex.cli")
 
 def register(sub):
     """Add ``infer`` to the CLI."""
-    p = sub.add_parser("infer", help="answer prompts with a local model (interactive without -p)",
-                       description="Answer prompts with a local GGUF model. Without -p, opens an "
-                                   "interactive chat that keeps the conversation and its KV cache.")
-    add_chat_flags(p)
-    p.add_argument("--spec-trace", metavar="FILE", help="write one JSON line per decoding step ('-' = stderr)")
-    add_model_flags(p)
-    p.set_defaults(func=run)
+    add_chat_verb(sub, "infer", run, help="answer prompts with a local model (interactive without -p)",
+                  description="Answer prompts with a local GGUF model. Without -p, opens an interactive "
+                              "chat that keeps the conversation and its KV cache.",
+                  spec_trace="write one JSON line per decoding step ('-' = stderr)")
 
 
 def _resolve_models(args, store):

@@ -44,6 +44,18 @@ def _cache_type(name):
     return parse
 
 
+def add_chat_verb(sub, name, func, *, help, description, spec_trace):
+    """The parser of a verb that answers prompts (``infer``, ``run``): MODEL, ``-p``,
+    ``-i``, ``--spec-trace`` (``spec_trace`` is its help) and the model flags; returns
+    it for the verb's own flags."""
+    p = sub.add_parser(name, help=help, description=description)
+    add_chat_flags(p)
+    p.add_argument("--spec-trace", metavar="FILE", help=spec_trace)
+    add_model_flags(p)
+    p.set_defaults(func=func)
+    return p
+
+
 def add_chat_flags(p):
     """MODEL, ``-p`` and ``-i``: what to talk to and what to say (infer and run)."""
     p.add_argument("model", nargs="?", default=None,
