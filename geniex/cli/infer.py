@@ -6,7 +6,6 @@ from geniex import config, profile
 from geniex.cli import console
 from geniex.cli.options import add_chat_verb, gen_options, load_options
 from geniex.engine.chat import Conversation
-from geniex.engine import limits
 from geniex.engine.session import open_session
 from geniex.errors import Cancelled, GenieXError, UsageError
 from geniex.speculative.build import FALLBACK
@@ -49,7 +48,7 @@ def run(args):
     store = Store(config.data_dir(getattr(args, "data_dir", None)))
     model, draft_path = _resolve_models(args, store)
     verbose = getattr(args, "verbose", False)
-    session = open_session(model, limits.checked(model, load_options(args, draft_path)))
+    session = open_session(model, load_options(args, draft_path))
     tracer = None
     try:
         if verbose:

@@ -7,7 +7,7 @@ import argparse
 
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
-from geniex.engine.session import LoadOptions
+from geniex.engine import session
 from geniex.errors import UsageError
 from geniex.llama.cache_types import TYPES as CACHE_TYPES
 from geniex.speculative import options as spec_options_table
@@ -106,10 +106,8 @@ def sampling_params(args):
 
 def load_options(args, draft_path=None):
     """LoadOptions (with the speculative settings) from parsed flags."""
-    return LoadOptions(nctx=args.nctx, ngl=args.ngl, compute=args.compute, threads=args.threads,
-                       cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                       data_dir=getattr(args, "data_dir", None),
-                       spec=spec_options_table.from_args(args, draft_path))
+    return session.load_options(vars(args), data_dir=getattr(args, "data_dir", None),
+                                spec=spec_options_table.from_args(args, draft_path))
 
 
 def gen_options(args):
