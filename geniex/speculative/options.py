@@ -22,9 +22,9 @@ NGRAM_METHODS = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "n
 METHODS = MODEL_METHODS + NGRAM_METHODS
 
 # Per n-gram method: (match length, shortest draft, longest draft) when the request
-# leaves them at 0. Chosen by measurement on the demo model (tools/bench/counts.py,
-# tools/bench/bench_ngram.py); ngram-mod's draft policy sizes each draft within the
-# longest by its tokens' probabilities, so its cap is higher.
+# leaves them at 0. Chosen by measurement on the demo model (tools/bench/counts.py);
+# ngram-mod's draft policy sizes each draft within the longest by its tokens'
+# probabilities, so its cap is higher.
 NGRAM_DEFAULTS = {
     "ngram-mod": (4, 2, 16),
     "ngram-simple": (4, 2, 8),
