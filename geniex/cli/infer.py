@@ -5,10 +5,8 @@ import sys
 from geniex import config, profile
 from geniex.cli import console
 from geniex.cli.options import add_chat_verb, gen_options, load_options
-from geniex.engine.chat import Conversation
-from geniex.engine.session import open_session
 from geniex.errors import Cancelled, GenieXError, UsageError
-from geniex.speculative.build import FALLBACK
+from geniex.speculative.options import FALLBACK
 from geniex.speculative.options import parse_types
 
 log = logging.getLogger("geniex.cli")
@@ -42,6 +40,8 @@ def _resolve_models(args, store):
 
 def run(args):
     """Entry point of ``geniex infer``."""
+    from geniex.engine.chat import Conversation
+    from geniex.engine.session import open_session
     from geniex.store import Store
     opts = gen_options(args)
     turns = console.prompts(args)

@@ -20,6 +20,8 @@ from geniex.errors import UsageError
 MODEL_METHODS = ("draft-mtp", "draft-simple", "draft-eagle3")
 NGRAM_METHODS = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
 METHODS = MODEL_METHODS + NGRAM_METHODS
+# Every speculative setup failure is this warning, and the answer is decoded plainly.
+FALLBACK = "speculative decoding setup failed; falling back to plain decoding"
 
 # Per n-gram method: (match length, shortest draft, longest draft) when the request
 # leaves them at 0. Chosen by measurement on the demo model (tools/bench/counts.py);
