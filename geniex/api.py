@@ -12,7 +12,7 @@ from geniex import config
 from geniex.engine.chat import Conversation
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
-from geniex.engine.session import LoadOptions, open_session
+from geniex.engine.session import load_options, open_session
 from geniex.speculative import options as spec_options
 
 
@@ -23,15 +23,16 @@ def load(model="demo", *, nctx=4096, ngl=-1, compute=None, threads=0, data_dir=N
     ``draft_model``, ``draft_tokens``, ``draft_min``, ``draft_p_min``, ``ngram_n``,
     ``ngram_min``, ``ngram_max``: see :data:`geniex.speculative.options.FIELDS`).
     Names resolve through the same store as the CLI (nothing is downloaded here: pull
-    with ``geniex pull`` first).
+    with ``geniex pull`` first). The context size is checked as ``geniex infer`` checks
+    it (:func:`~geniex.engine.session.open_session`).
     """
     from geniex.store import Store
     store = Store(config.data_dir(data_dir))
     resolved = store.resolve(model)
     draft = spec.get("draft_model")
     draft_path = store.resolve(draft).path if draft else None
-    options = LoadOptions(nctx=nctx, ngl=ngl, compute=compute, threads=threads,
-                          spec=spec_options.from_kwargs(spec, draft_path))
+    options = load_options(dict(nctx=nctx, ngl=ngl, compute=compute, threads=threads), data_dir=data_dir,
+                           spec=spec_options.from_kwargs(spec, draft_path))
     return open_session(resolved, options)
 
 

@@ -45,51 +45,52 @@ def render(stats, verbose=False):
     return block(stats) if verbose else line(stats)
 
 
-def from_usage(usage):
-    """Rebuild Stats from a server response's ``usage`` (with its ``timings``), so that
-    ``geniex run`` prints exactly what ``infer`` prints."""
-    timings = usage.get("timings") or {}
-    details = usage.get("completion_tokens_details") or {}
-    s = Stats()
-    s.prompt_tokens = usage.get("prompt_tokens", 0)
-    s.decode_tokens = usage.get("completion_tokens", 0)
-    s.prompt_reused = timings.get("cache_n", 0)
-    s.prompt_time = timings.get("prompt_ms", 0.0) / 1000
-    s.decode_time = timings.get("predicted_ms", 0.0) / 1000
-    s.ttft = timings.get("ttft_ms", 0.0) / 1000
-    s.total_time = timings.get("total_ms", 0.0) / 1000
-    s.stop_reason = timings.get("stop_reason", "")
-    s.accepted = details.get("accepted_prediction_tokens", timings.get("draft_n_accepted", 0)) or 0
-    s.drafted = timings.get("draft_n", s.accepted + (details.get("rejected_prediction_tokens") or 0))
-    s.steps = timings.get("steps", 0)
-    s.accept_hist = list(timings.get("accept_hist", []))
-    s.offered = timings.get("draft_offered", 0)
-    s.skipped = timings.get("draft_skipped_steps", 0)
-    s.draft_time = timings.get("draft_ms", 0.0) / 1000
-    s.verify_time = timings.get("verify_ms", 0.0) / 1000
-    return s
+# The Stats fields that travel in a server response's ``timings`` (llama.cpp's names where
+# it has one): (key, Stats attribute, ms). :func:`timings` writes them and
+# :func:`from_usage` reads them back, so ``geniex run`` prints what ``infer`` prints;
+# a new Stats field the profile shows needs a row here and nothing else. ``ms``: seconds
+# in Stats, milliseconds in ``timings``.
+CARRIED = (
+    ("cache_n", "prompt_reused", False),
+    ("prompt_ms", "prompt_time", True),
+    ("predicted_n", "decode_tokens", False),
+    ("predicted_ms", "decode_time", True),
+    ("draft_n", "drafted", False),
+    ("draft_n_accepted", "accepted", False),
+    ("ttft_ms", "ttft", True),
+    ("total_ms", "total_time", True),
+    ("stop_reason", "stop_reason", False),
+    ("steps", "steps", False),
+    ("accept_hist", "accept_hist", False),
+    ("draft_offered", "offered", False),
+    ("draft_skipped_steps", "skipped", False),
+    ("draft_ms", "draft_time", True),
+    ("verify_ms", "verify_time", True),
+)
 
 
 def timings(stats):
-    """llama.cpp-style ``timings`` for a server response, plus what :func:`from_usage`
-    needs to rebuild the profile."""
-    return {
-        "prompt_n": stats.prompt_tokens - stats.prompt_reused,
-        "cache_n": stats.prompt_reused,
-        "prompt_ms": stats.prompt_time * 1000,
-        "prompt_per_second": stats.prompt_speed,
-        "predicted_n": stats.decode_tokens,
-        "predicted_ms": stats.decode_time * 1000,
-        "predicted_per_second": stats.decode_speed,
-        "draft_n": stats.drafted,
-        "draft_n_accepted": stats.accepted,
-        "ttft_ms": stats.ttft * 1000,
-        "total_ms": stats.total_time * 1000,
-        "stop_reason": stats.stop_reason,
-        "steps": stats.steps,
-        "accept_hist": list(stats.accept_hist),
-        "draft_offered": stats.offered,
-        "draft_skipped_steps": stats.skipped,
-        "draft_ms": stats.draft_time * 1000,
-        "verify_ms": stats.verify_time * 1000,
-    }
+    """llama.cpp-style ``timings`` for a server response (:data:`CARRIED`, plus the
+    prompt count and the speeds llama.cpp's clients read)."""
+    out = {"prompt_n": stats.prompt_tokens - stats.prompt_reused,
+           "prompt_per_second": stats.prompt_speed, "predicted_per_second": stats.decode_speed}
+    for key, attr, ms in CARRIED:
+        value = getattr(stats, attr)
+        out[key] = value * 1000 if ms else list(value) if isinstance(value, list) else value
+    return out
+
+
+def from_usage(usage):
+    """Rebuild Stats from a server response's ``usage`` (with its ``timings``), so that
+    ``geniex run`` prints exactly what ``infer`` prints. Without ``timings`` the counts
+    come from OpenAI's fields."""
+    timings = usage.get("timings") or {}
+    details = usage.get("completion_tokens_details") or {}
+    s = Stats(prompt_tokens=usage.get("prompt_tokens", 0), decode_tokens=usage.get("completion_tokens", 0))
+    s.accepted = details.get("accepted_prediction_tokens") or 0
+    s.drafted = s.accepted + (details.get("rejected_prediction_tokens") or 0)
+    for key, attr, ms in CARRIED:
+        if key in timings:
+            value = timings[key]
+            setattr(s, attr, value / 1000 if ms else list(value) if isinstance(value, list) else value)
+    return s

@@ -23,7 +23,7 @@ class CtrlC:
     def __exit__(self, *exc):
         signal.signal(signal.SIGINT, self._old)
 
-    def _handle(self, signum, frame):
+    def _handle(self, _signum, _frame):
         if self.answering and not self.pressed:
             self.pressed = True
             return

@@ -4,12 +4,9 @@ import sys
 
 from geniex import config, profile
 from geniex.cli import console
-from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, load_options
-from geniex.engine.chat import Conversation
-from geniex.engine import limits
-from geniex.engine.session import open_session
+from geniex.cli.options import add_chat_verb, gen_options, load_options
 from geniex.errors import Cancelled, GenieXError, UsageError
-from geniex.speculative.build import FALLBACK
+from geniex.speculative.options import FALLBACK
 from geniex.speculative.options import parse_types
 
 log = logging.getLogger("geniex.cli")
@@ -17,13 +14,10 @@ log = logging.getLogger("geniex.cli")
 
 def register(sub):
     """Add ``infer`` to the CLI."""
-    p = sub.add_parser("infer", help="answer prompts with a local model (interactive without -p)",
-                       description="Answer prompts with a local GGUF model. Without -p, opens an "
-                                   "interactive chat that keeps the conversation and its KV cache.")
-    add_chat_flags(p)
-    p.add_argument("--spec-trace", metavar="FILE", help="write one JSON line per decoding step ('-' = stderr)")
-    add_model_flags(p)
-    p.set_defaults(func=run)
+    add_chat_verb(sub, "infer", run, help="answer prompts with a local model (interactive without -p)",
+                  description="Answer prompts with a local GGUF model. Without -p, opens an interactive "
+                              "chat that keeps the conversation and its KV cache.",
+                  spec_trace="write one JSON line per decoding step ('-' = stderr)")
 
 
 def _resolve_models(args, store):
@@ -46,13 +40,15 @@ def _resolve_models(args, store):
 
 def run(args):
     """Entry point of ``geniex infer``."""
+    from geniex.engine.chat import Conversation
+    from geniex.engine.session import open_session
     from geniex.store import Store
     opts = gen_options(args)
     turns = console.prompts(args)
     store = Store(config.data_dir(getattr(args, "data_dir", None)))
     model, draft_path = _resolve_models(args, store)
     verbose = getattr(args, "verbose", False)
-    session = open_session(model, limits.checked(model, load_options(args, draft_path)))
+    session = open_session(model, load_options(args, draft_path))
     tracer = None
     try:
         if verbose:

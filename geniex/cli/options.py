@@ -1,13 +1,13 @@
 """Flags shared by ``infer`` and ``run`` (and their translation into engine options).
 
+The engine is imported where options are built, not here: every verb's parser is built
+on each start of the CLI, and ``geniex list`` need not load numpy and Jinja.
+
 ``run`` forwards the same values to the server as request fields, so both verbs accept
 exactly the same flags with the same defaults.
 """
 import argparse
 
-from geniex.engine.loop import GenOptions
-from geniex.engine.sampling import SamplingParams
-from geniex.engine.session import LoadOptions
 from geniex.errors import UsageError
 from geniex.llama.cache_types import TYPES as CACHE_TYPES
 from geniex.speculative import options as spec_options_table
@@ -42,6 +42,18 @@ def _cache_type(name):
             raise argparse.ArgumentTypeError(f"{name} {value!r}: expected one of {', '.join(CACHE_TYPES)}")
         return value.lower()
     return parse
+
+
+def add_chat_verb(sub, name, func, *, help, description, spec_trace):
+    """The parser of a verb that answers prompts (``infer``, ``run``): MODEL, ``-p``,
+    ``-i``, ``--spec-trace`` (``spec_trace`` is its help) and the model flags; returns
+    it for the verb's own flags."""
+    p = sub.add_parser(name, help=help, description=description)
+    add_chat_flags(p)
+    p.add_argument("--spec-trace", metavar="FILE", help=spec_trace)
+    add_model_flags(p)
+    p.set_defaults(func=func)
+    return p
 
 
 def add_chat_flags(p):
@@ -86,6 +98,7 @@ def add_model_flags(p):
 
 def sampling_params(args):
     """SamplingParams from parsed flags."""
+    from geniex.engine.sampling import SamplingParams
     return SamplingParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
@@ -94,14 +107,14 @@ def sampling_params(args):
 
 def load_options(args, draft_path=None):
     """LoadOptions (with the speculative settings) from parsed flags."""
-    return LoadOptions(nctx=args.nctx, ngl=args.ngl, compute=args.compute, threads=args.threads,
-                       cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v,
-                       data_dir=getattr(args, "data_dir", None),
-                       spec=spec_options_table.from_args(args, draft_path))
+    from geniex.engine import session
+    return session.load_options(vars(args), data_dir=getattr(args, "data_dir", None),
+                                spec=spec_options_table.from_args(args, draft_path))
 
 
 def gen_options(args):
     """GenOptions (length, stop strings, sampling) from parsed flags."""
+    from geniex.engine.loop import GenOptions
     if any(not s for s in args.stop):
         raise UsageError("--stop needs a non-empty string")
     return GenOptions(max_tokens=args.max_tokens, stop=tuple(args.stop), sampling=sampling_params(args))

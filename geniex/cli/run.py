@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from geniex import profile
 from geniex.cli import console
-from geniex.cli.options import add_chat_flags, add_model_flags, gen_options
+from geniex.cli.options import add_chat_verb, gen_options
 from geniex.errors import GenieXError, UsageError
 from geniex.server import DEFAULT_HOST
 from geniex.speculative import options as spec_options
@@ -23,16 +23,13 @@ CONNECT_TIMEOUT = 5      # seconds; reading has no limit (loading a big model ta
 
 def register(sub):
     """Add ``run`` to the CLI."""
-    p = sub.add_parser("run", help="chat with a model through a running `geniex serve`",
-                       description="Chat with a model through a running `geniex serve` (same flags as "
-                                   "infer; speculative settings are sent per request).")
-    add_chat_flags(p)
-    p.add_argument("--spec-trace", metavar="FILE", help="not available through the server: use `geniex infer --spec-trace`")
+    p = add_chat_verb(sub, "run", run, help="chat with a model through a running `geniex serve`",
+                      description="Chat with a model through a running `geniex serve` (same flags as "
+                                  "infer; speculative settings are sent per request).",
+                      spec_trace="not available through the server: use `geniex infer --spec-trace`")
     p.add_argument("--host", default=None, help=f"the server's HOST:PORT (env GENIEX_HOST, default {DEFAULT_HOST})")
     p.add_argument("--api-key", default=None,
                    help="the server's API key, sent as `Authorization: Bearer KEY` (env GENIEX_API_KEY)")
-    add_model_flags(p)
-    p.set_defaults(func=run)
 
 
 class Client:

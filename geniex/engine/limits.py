@@ -11,7 +11,8 @@ before failing. Two limits, both from the GGUF header (milliseconds, nothing loa
   ``GENIEX_MEMORY_BUDGET``; default half of the machine's memory), estimated as
   llama.cpp sizes an f16 cache: ``nctx x layers x (K + V width) x 2 bytes``.
 
-The CLI and the server both call :func:`checked` before ``open_session``.
+``open_session`` calls :func:`checked`; the server also calls :func:`context_size` on
+a request before it leases a model, to answer a 400 naming ``nctx``.
 """
 import dataclasses
 import logging
@@ -54,7 +55,7 @@ def default_budget():
 
 
 @lru_cache(maxsize=32)
-def _header(path, mtime_ns, size):
+def _header(path, _mtime_ns, _size):      # the file's version is part of the cache key
     return read_header(path)
 
 
@@ -128,6 +129,6 @@ def context_size(model, nctx, explicit=True, budget=None, field="--nctx"):
 
 def checked(model, options, explicit=False, budget=None):
     """``options`` (LoadOptions) with ``nctx`` passed through :func:`context_size`
-    (the CLI's one call before ``open_session``)."""
+    (``open_session`` calls it on every model it opens)."""
     nctx = context_size(model, options.nctx, explicit=explicit, budget=budget)
     return options if nctx == options.nctx else dataclasses.replace(options, nctx=nctx)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from geniex import config
 from geniex.config import physical_cores
-from geniex.engine import loop
+from geniex.engine import limits, loop
 from geniex.engine.stats import Stats
 from geniex.errors import GenieXError
 from geniex.llama import cache_types
@@ -50,26 +50,67 @@ class LoadOptions:
     n_ubatch: int = 32
     adaptive_threads: bool = True    # drop to one thread while a neighbour stalls decodes
     data_dir: object = None          # where measured verify costs are cached (None: the default)
+    memory_budget: int | None = None  # bytes the KV cache may take (None: limits.default_budget())
     spec: SpecOptions = field(default_factory=SpecOptions)
 
 
+# What a caller may set from outside: flags (infer, run), request fields (the server),
+# keywords (geniex.api.load).
+LOAD_FIELDS = ("nctx", "ngl", "compute", "threads", "cache_type_k", "cache_type_v")
+
+
+def load_options(*layers, spec=None, data_dir=None, memory_budget=None):
+    """The one place LoadOptions are built from a caller's values: each layer (a
+    mapping, e.g. ``vars(args)``, a request body, or the server's defaults) sets the
+    :data:`LOAD_FIELDS` it names with a value other than None, later layers over
+    earlier ones; the rest keep LoadOptions' defaults. Cache type names are
+    case-insensitive."""
+    values = {}
+    for layer in layers:
+        values.update({name: layer[name] for name in LOAD_FIELDS if layer.get(name) is not None})
+    for name in ("cache_type_k", "cache_type_v"):
+        if name in values:
+            values[name] = values[name].lower()
+    return LoadOptions(**values, data_dir=data_dir, memory_budget=memory_budget, spec=spec or SpecOptions())
+
+
 class Session:
-    """A target model and context, its drafters, and the KV cache's token history."""
+    """A target model and context, its drafters, and the KV cache's token history.
+
+    Open one with :func:`open_session` (it checks the context size and memory first);
+    constructing it directly skips those checks (tests of the engine do)."""
 
     def __init__(self, path, options=None, *, name=None):
         self.options = options = options or LoadOptions()
         if options.nctx is None or options.nctx < 1:
             raise GenieXError(f"--nctx must be a positive number of tokens (got {options.nctx})")
+        self.name = name or str(path)
+        self._load_model(path)
+        self._make_context()
+        self._build_drafters()
+        self.batch = Batch(N_BATCH)
+        self._embd = None                # the embeddings context, made on first use
+        self._warm_up()
+        governor = self._thread_governor()
+        self.policy = self._draft_policy(governor)
+        self.ctx.governor = governor
+
+    def _load_model(self, path):
+        """The library, the devices ``--compute`` picks, and the target model (with its
+        bundled NextN layers when draft-mtp has no draft model)."""
+        options = self.options
         lib = library.load()
         header = read_header(path)
-        chosen, why = devmod.select(options.compute, devmod.available(lib))
-        self.device_note = why
-        log.debug(why)
-        self.name = name or str(path)
-        # draft-mtp without a draft model drafts with the NextN layers bundled in the target.
+        chosen, self.device_note = devmod.select(options.compute, devmod.available(lib))
+        log.debug(self.device_note)
         self.bundled_nextn = _wants_bundled_nextn(header, options.spec)
         self.model = Model(path, devices=chosen, n_gpu_layers=options.ngl, header=header,
                            load_mtp=self.bundled_nextn)
+        self.vocab = self.model.vocab
+
+    def _make_context(self):
+        """Thread counts, the target context and the KV cache's token history."""
+        options = self.options
         cores = physical_cores()
         self.threads = options.threads or cores
         self.threads_batch = options.threads_batch or cores
@@ -81,41 +122,47 @@ class Session:
                            n_threads=self.threads, n_threads_batch=self.threads_batch,
                            n_rs_seq=self.n_rs_seq, type_k=options.cache_type_k,
                            type_v=options.cache_type_v)
-        self.vocab = self.model.vocab
         self.kv = KvHistory(self.ctx)
         self.target = Target(self.name, self.model, self.ctx, self.threads, self.threads_batch, options.ngl,
                              options.cache_type_k, options.cache_type_v)
+
+    def _build_drafters(self):
+        """The speculative drafters, right after the context and before anything is
+        decoded (the MTP assistant must be wired to a fresh target context)."""
+        options = self.options
         self.drafter = None
         self.spec_notes = []
-        if options.spec.enabled:
-            self.drafter, self.spec_notes = build.build(self.target, options.spec, self.n_rs_seq,
-                                                        self.bundled_nextn)
-            if self.drafter is not None and not cache_types.exact_on_threads(
-                    self.ctx.type_k, self.ctx.type_v, self.threads):
-                self.spec_notes.append(
-                    f"note: a {options.cache_type_k}/{options.cache_type_v} KV cache on {self.threads} threads: "
-                    "one-row decodes split attention per thread once 512 tokens are cached, so speculative "
-                    "output is bitwise plain output only below that (use the default q8_0 cache, or --threads 1)")
-        self.batch = Batch(N_BATCH)
-        self._embd = None                # the embeddings context, made on first use
-        self._warm_up()
-        # Moving between thread counts keeps every bit of the logits only with a cache type
-        # whose one-row decodes take the same path on any number of threads.
-        governed = (options.adaptive_threads and max(self.threads, self.threads_batch) > 1
+        if not options.spec.enabled:
+            return
+        self.drafter, self.spec_notes = build.build(self.target, options.spec, self.n_rs_seq, self.bundled_nextn)
+        if self.drafter is not None and not cache_types.exact_on_threads(
+                self.ctx.type_k, self.ctx.type_v, self.threads):
+            self.spec_notes.append(
+                f"note: a {options.cache_type_k}/{options.cache_type_v} KV cache on {self.threads} threads: "
+                "one-row decodes split attention per thread once 512 tokens are cached, so speculative "
+                "output is bitwise plain output only below that (use the default q8_0 cache, or --threads 1)")
+
+    def _thread_governor(self):
+        """The governor that drops to one thread while a neighbour stalls decodes, or
+        None. Moving between thread counts keeps every bit of the logits only with a
+        cache type whose one-row decodes take the same path on any number of threads."""
+        governed = (self.options.adaptive_threads and max(self.threads, self.threads_batch) > 1
                     and cache_types.exact_on_threads(self.ctx.type_k, self.ctx.type_v, 2))
-        governor = ThreadGovernor(self.ctx, self.threads, self.threads_batch) if governed else None
-        self.policy = policy.FixedPolicy()
-        if self.drafter is not None and options.spec.policy == "auto":
-            # Calibrated before the governor is attached (it would move threads mid-way).
-            # A batch row costs more on one thread than on every core, so where the
-            # governor may move the answer to one thread the policy gets that curve too
-            # and follows the governor's setting.
-            costs, one_row = self._verify_cost(self.threads, self.threads_batch)
-            others = {"one": self._verify_cost(1, 1)[0]} if governor else {}
-            self.policy = policy.GainPolicy(costs, one_row, others=others,
-                                            setting=(lambda: governor.mode) if governor else None)
-            self.spec_notes.append(self.policy.describe())
-        self.ctx.governor = governor
+        return ThreadGovernor(self.ctx, self.threads, self.threads_batch) if governed else None
+
+    def _draft_policy(self, governor):
+        """The draft policy: fixed, or calibrated on this model's verify costs. Called
+        before the governor is attached (it would move threads mid-way). A batch row
+        costs more on one thread than on every core, so where the governor may move the
+        answer to one thread the policy gets that curve too and follows its setting."""
+        if self.drafter is None or self.options.spec.policy != "auto":
+            return policy.FixedPolicy()
+        costs, one_row = self._verify_cost(self.threads, self.threads_batch)
+        others = {"one": self._verify_cost(1, 1)[0]} if governor else {}
+        chosen = policy.GainPolicy(costs, one_row, others=others,
+                                   setting=(lambda: governor.mode) if governor else None)
+        self.spec_notes.append(chosen.describe())
+        return chosen
 
     def _warm_up(self):
         # The first decode pays for graph allocation and weight repacking; do it at load
@@ -204,8 +251,14 @@ class Session:
 
 
 def open_session(model, options):
-    """Open a Session on a store-resolved model (a ResolvedModel), applying GenieX's
-    rules for runtimes and multimodal models. The CLI and the server both call this."""
+    """Open a Session on a store-resolved model (a ResolvedModel): the one way every
+    caller opens a model (``geniex infer``, the server's worker, :func:`geniex.api.load`).
+
+    Applies GenieX's rules for runtimes and multimodal models, and checks the context
+    size against the model's trained context and the memory budget before the library
+    allocates anything (:func:`geniex.engine.limits.checked`: a default beyond the
+    trained context is cut down to it; a KV cache over ``options.memory_budget`` is a
+    UsageError)."""
     if model.runtime != "llama_cpp":
         if options.spec.enabled:
             log.warning("speculative decoding is only supported by llama_cpp")
@@ -214,6 +267,7 @@ def open_session(model, options):
     if model.type == "vlm" and options.spec.enabled:
         log.warning("%s is multimodal: speculative decoding runs the text path, and image/audio "
                     "content is dropped", model.name)
+    options = limits.checked(model, options, budget=options.memory_budget)
     return Session(model.path, options, name=model.name)
 
 

@@ -1,4 +1,5 @@
 """Per-answer statistics: read by the profile line, the server's usage, and the trace."""
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -75,18 +76,11 @@ class Stats:
         self.stop_reason = stop
 
     def to_dict(self):
-        """Plain JSON-able view (the server's timings and the trace's summary use it)."""
-        return {
-            "prompt_tokens": self.prompt_tokens, "prompt_reused": self.prompt_reused,
-            "prompt_time": self.prompt_time, "ttft": self.ttft,
-            "decode_tokens": self.decode_tokens, "decode_time": self.decode_time,
-            "total_time": self.total_time, "stop_reason": self.stop_reason,
-            "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
-            "accept_hist": list(self.accept_hist), "offered": self.offered, "skipped": self.skipped,
-            "draft_time": self.draft_time,
-            "verify_time": self.verify_time, "prompt_speed": self.prompt_speed,
-            "decode_speed": self.decode_speed, "spec_types": list(self.spec_types),
-        }
+        """Plain JSON-able view of every field and the two speeds (the trace's summary)."""
+        out = dataclasses.asdict(self)
+        out.update(spec_types=list(self.spec_types), prompt_speed=self.prompt_speed,
+                   decode_speed=self.decode_speed)
+        return out
 
 
 def _count(hist, n):

@@ -247,12 +247,12 @@ class _Deadline:
     def __enter__(self):
         end = time.monotonic() + self.seconds
 
-        def line(frame, event, arg):
+        def line(_frame, _event, _arg):
             if time.monotonic() > end:
                 raise _OutOfTime()
             return line
 
-        def call(frame, event, arg):
+        def call(frame, _event, _arg):
             if time.monotonic() > end:
                 raise _OutOfTime()
             # Lines are traced in the template's code only: Jinja's runtime and the
@@ -263,7 +263,7 @@ class _Deadline:
         sys.settrace(call)
         return self
 
-    def __exit__(self, kind, exc, tb):
+    def __exit__(self, kind, exc, _tb):
         sys.settrace(self._previous)
         if kind is _OutOfTime:
             raise TemplateLimit(f"the model's chat template ran for more than {self.seconds:g} s "

@@ -20,25 +20,20 @@ llama_seq_id = c_int32
 
 # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line)
 ggml_log_callback = CFUNCTYPE(None, c_int, c_char_p, c_void_p)
-llama_progress_callback = CFUNCTYPE(c_bool, c_float, c_void_p)
 
 # enum llama_context_type
 LLAMA_CONTEXT_TYPE_DEFAULT = 0
 LLAMA_CONTEXT_TYPE_MTP = 1
 # enum llama_flash_attn_type
 LLAMA_FLASH_ATTN_TYPE_AUTO = -1
-LLAMA_FLASH_ATTN_TYPE_DISABLED = 0
 # enum ggml_backend_dev_type
 GGML_BACKEND_DEVICE_TYPE_CPU = 0
 GGML_BACKEND_DEVICE_TYPE_GPU = 1
 GGML_BACKEND_DEVICE_TYPE_IGPU = 2
 GGML_BACKEND_DEVICE_TYPE_ACCEL = 3
-# enum llama_pooling_type (UNSPECIFIED = the model's own, from {arch}.pooling_type)
-LLAMA_POOLING_TYPE_UNSPECIFIED = -1
+# enum llama_pooling_type (-1, unspecified: the model's own, from {arch}.pooling_type;
+# every value's name in POOLING_NAMES)
 LLAMA_POOLING_TYPE_NONE = 0
-LLAMA_POOLING_TYPE_MEAN = 1
-LLAMA_POOLING_TYPE_CLS = 2
-LLAMA_POOLING_TYPE_LAST = 3
 LLAMA_POOLING_TYPE_RANK = 4      # a reranker's classification head
 POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 
@@ -168,7 +163,6 @@ FUNCTIONS = {
     "llama_model_free": (None, [c_void_p]),
     "llama_model_get_vocab": (c_void_p, [c_void_p]),
     "llama_model_n_embd": (c_int32, [c_void_p]),
-    "llama_model_n_embd_inp": (c_int32, [c_void_p]),     # width of the input embedding
     "llama_model_n_embd_out": (c_int32, [c_void_p]),     # width of nextn hidden-state rows
     "llama_model_n_layer": (c_int32, [c_void_p]),
     "llama_model_n_layer_nextn": (c_int32, [c_void_p]),  # bundled NextN (MTP) layers
@@ -193,7 +187,6 @@ FUNCTIONS = {
     "llama_vocab_eos": (llama_token, [c_void_p]),
     "llama_vocab_eot": (llama_token, [c_void_p]),
     "llama_vocab_is_eog": (c_bool, [c_void_p, llama_token]),
-    "llama_vocab_is_control": (c_bool, [c_void_p, llama_token]),
     "llama_vocab_get_add_bos": (c_bool, [c_void_p]),
     "llama_vocab_get_add_eos": (c_bool, [c_void_p]),
     "llama_vocab_get_text": (c_char_p, [c_void_p, llama_token]),
@@ -233,7 +226,6 @@ FUNCTIONS = {
     "llama_memory_clear": (None, [c_void_p, c_bool]),
     # remove positions [p0, p1) of a sequence (p1 < 0 = to the end)
     "llama_memory_seq_rm": (c_bool, [c_void_p, llama_seq_id, llama_pos, llama_pos]),
-    "llama_memory_seq_pos_max": (llama_pos, [c_void_p, llama_seq_id]),
 }
 
 # Functions a library may lack (a Snapdragon build of another version, a trimmed build):

@@ -9,30 +9,31 @@ both, which is what makes one-row decodes on every core bitwise equal to verify 
 the "Exact on every core" section of the library reference). An f32 cache is no escape:
 under flash attention llama.cpp casts it to F16 before attention (same logits as f16).
 """
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from geniex.errors import GenieXError, UsageError
 
-_T = GGMLQuantizationType
-# Exactly the set llama.cpp's -ctk/-ctv accept (common/arg.cpp, kv_cache_types), in its order.
-TYPES = {
-    "f32": int(_T.F32),
-    "f16": int(_T.F16),
-    "bf16": int(_T.BF16),
-    "q8_0": int(_T.Q8_0),
-    "q4_0": int(_T.Q4_0),
-    "q4_1": int(_T.Q4_1),
-    "iq4_nl": int(_T.IQ4_NL),
-    "q5_0": int(_T.Q5_0),
-    "q5_1": int(_T.Q5_1),
+# Exactly the set llama.cpp's -ctk/-ctv accept (common/arg.cpp, kv_cache_types), in its
+# order: name -> (enum ggml_type id, elements per block). Written out rather than read
+# from the gguf package (which the CLI would then import on every start); a test checks
+# them against gguf's GGMLQuantizationType and GGML_QUANT_SIZES.
+_TABLE = {
+    "f32": (0, 1),
+    "f16": (1, 1),
+    "bf16": (30, 1),
+    "q8_0": (8, 32),
+    "q4_0": (2, 32),
+    "q4_1": (3, 32),
+    "iq4_nl": (20, 32),
+    "q5_0": (6, 32),
+    "q5_1": (7, 32),
 }
+TYPES = {name: type_id for name, (type_id, _) in _TABLE.items()}
 NAMES = {v: k for k, v in TYPES.items()}
+_BLOCK = {type_id: block for type_id, block in _TABLE.values()}
 F16 = TYPES["f16"]          # the library's default (llama_context_default_params)
 
 # Types whose one-row decodes on several threads take the split-KV flash-attention path
 # (ggml-cpu ops.cpp, use_split_kv_path: K/V F32 or F16, one query row, >= 512 KV cells).
 SPLIT_KV_TYPES = frozenset({TYPES["f32"], TYPES["f16"]})
-SPLIT_KV_MIN_CELLS = 512
 
 
 def parse(name):
@@ -57,7 +58,7 @@ def name_of(type_id):
 
 def block_size(type_id):
     """Elements per block: 1 for f32/f16/bf16, 32 for the quantized types."""
-    return GGML_QUANT_SIZES[_T(type_id)][0]
+    return _BLOCK[type_id]
 
 
 def is_quantized(type_id):

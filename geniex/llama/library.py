@@ -101,7 +101,6 @@ class Library:
     def __init__(self, files, source):
         self.files = files
         self.path = files[0].path
-        self.cdll = files[0].handle
         self.source = source
         self.origin = {}            # function name -> Path of the file it was bound from
         self._missing = {}

@@ -68,9 +68,6 @@ class Vocab:
         raw = self._lib.llama_vocab_get_text(self.ptr, token)
         return (raw or b"").decode("utf-8", "replace")
 
-    def is_control(self, token):
-        return bool(self._lib.llama_vocab_is_control(self.ptr, token))
-
     def detokenize(self, tokens):
         """Token ids -> text (special tokens rendered)."""
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
@@ -98,7 +95,6 @@ class Model:
             raise ModelLoadError(f"llama.cpp could not load {path}: {library.last_problem()}")
         self.vocab = Vocab(lib, lib.llama_model_get_vocab(self.ptr))
         self.n_embd = lib.llama_model_n_embd(self.ptr)
-        self.n_embd_inp = lib.llama_model_n_embd_inp(self.ptr)
         self.n_embd_out = lib.llama_model_n_embd_out(self.ptr)
         self.n_layer = lib.llama_model_n_layer(self.ptr)
         self.n_ctx_train = lib.llama_model_n_ctx_train(self.ptr)
@@ -344,9 +340,6 @@ class Context:
             return False
         ctypes.memmove(out.ctypes.data, src, out.nbytes)
         return True
-
-    def pos_max(self):
-        return self._lib.llama_memory_seq_pos_max(self.mem, 0)
 
     def close(self):
         """Free the context (idempotent)."""

@@ -18,11 +18,10 @@ from geniex import profile
 from geniex.engine import limits, tasks
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
-from geniex.engine.session import LoadOptions
+from geniex.engine.session import load_options
 from geniex.errors import Cancelled, ContextLengthExceeded, GenieXError, ModelNotFound, UsageError
 from geniex.llama.devices import chosen_names
 from geniex.speculative import options as spec_options
-from geniex.speculative.options import SpecOptions
 from geniex.server import llama_fields
 from geniex.server.cache import CacheKey
 from geniex.server.validation import ApiError
@@ -305,12 +304,8 @@ class Answerer:
                            code="invalid_value") from None
 
     def _lease(self, body, target, spec, cancel=None, lenient=False):
-        d = self.defaults
-        options = LoadOptions(nctx=_get(body, "nctx", d.nctx), ngl=_get(body, "ngl", d.ngl),
-                              compute=_get(body, "compute", d.compute),
-                              cache_type_k=_get(body, "cache_type_k", d.cache_type_k).lower(),
-                              cache_type_v=_get(body, "cache_type_v", d.cache_type_v).lower(),
-                              data_dir=self.store.root, spec=spec or SpecOptions())
+        options = load_options(vars(self.defaults), {f: body.get(f) for f in LOAD_FIELDS}, spec=spec,
+                               data_dir=self.store.root, memory_budget=self.memory_budget)
         # ``spec=None`` in the key: a completion may use whatever drafter the resident
         # model has (it does not draft), rather than reloading the model without one.
         # Devices are compared as resolved, so "cpu" and an unset compute on a CPU-only

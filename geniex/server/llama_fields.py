@@ -42,10 +42,10 @@ WHY = {
     "json_schema": "constrained decoding is not available on this route yet",
     "t_max_prompt_ms": "time limits are not supported", "t_max_predict_ms": "time limits are not supported",
 }
-# Fields read by name only (their settings take effect only with the field above).
-IGNORED_WITH_NEUTRAL = ("xtc_threshold", "dynatemp_exponent", "dry_base", "dry_allowed_length",
-                        "dry_penalty_last_n", "dry_sequence_breakers", "mirostat_tau", "mirostat_eta",
-                        "adaptive_decay")
+# Settings that take effect only with a field above (xtc_threshold, dynatemp_exponent,
+# dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, mirostat_tau,
+# mirostat_eta, adaptive_decay) are accepted with any value: at that field's neutral
+# value they change nothing.
 
 
 def check_unsupported(body):

@@ -272,7 +272,7 @@ class _Stopper:
         self.started = False
         self.closed = False
 
-    def signal(self, signum, frame):
+    def signal(self, _signum, _frame):
         # A signal handler runs between two bytecodes of the event loop, which may hold
         # the trigger's lock: everything beyond setting flags happens in a thread.
         if self.started:

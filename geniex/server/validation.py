@@ -85,7 +85,7 @@ def _validator(name):
     return strict(schema, registry=registry)
 
 
-def _is_integer(checker, instance):
+def _is_integer(_checker, instance):
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 

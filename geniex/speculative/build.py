@@ -12,11 +12,10 @@ from geniex.llama.objects import Model
 from geniex.speculative import pairing
 from geniex.speculative.drafters import ngram
 from geniex.speculative.drafters.base import DrafterChain
-from geniex.speculative.options import METHODS
+from geniex.speculative.options import FALLBACK, METHODS
 
 log = logging.getLogger("geniex.speculative")
 
-FALLBACK = "speculative decoding setup failed; falling back to plain decoding"
 
 
 def build(target, spec, n_rs_seq=0, bundled_nextn=False):

@@ -20,11 +20,13 @@ from geniex.errors import UsageError
 MODEL_METHODS = ("draft-mtp", "draft-simple", "draft-eagle3")
 NGRAM_METHODS = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
 METHODS = MODEL_METHODS + NGRAM_METHODS
+# Every speculative setup failure is this warning, and the answer is decoded plainly.
+FALLBACK = "speculative decoding setup failed; falling back to plain decoding"
 
 # Per n-gram method: (match length, shortest draft, longest draft) when the request
-# leaves them at 0. Chosen by measurement on the demo model (tools/bench/counts.py,
-# tools/bench/bench_ngram.py); ngram-mod's draft policy sizes each draft within the
-# longest by its tokens' probabilities, so its cap is higher.
+# leaves them at 0. Chosen by measurement on the demo model (tools/bench/counts.py);
+# ngram-mod's draft policy sizes each draft within the longest by its tokens'
+# probabilities, so its cap is higher.
 NGRAM_DEFAULTS = {
     "ngram-mod": (4, 2, 16),
     "ngram-simple": (4, 2, 8),
@@ -108,7 +110,6 @@ FIELDS = (
           "time, measured) or fixed (as long as the drafter offers, up to its maximum)",
           choices=("auto", "fixed")),
 )
-BY_ATTR = {f.attr: f for f in FIELDS}
 
 
 def parse_types(value):

@@ -149,10 +149,6 @@ class Manifest:
         return self.data["files"].get(path)
 
 
-def model_folder(models_dir, org, repo):
-    return models_dir / org / repo
-
-
 def inside(folder, relpath):
     """``folder / relpath``, refusing paths that would leave the folder: ``..``, absolute
     paths, and a path through (or to) a symlink already on disk."""

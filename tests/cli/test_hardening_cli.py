@@ -2,7 +2,7 @@
 a draft vocabulary larger than the target's (real tiny GGUF models from tools/)."""
 import tiny_gemma4
 
-from geniex.speculative.build import FALLBACK
+from geniex.speculative.options import FALLBACK
 
 
 def test_infer_refuses_a_context_beyond_the_memory_budget_before_loading(cli):

@@ -16,11 +16,13 @@ POS = 600          # past 512 cached cells: where the F16 split-KV path starts
 
 
 def test_names_map_to_ggml_type_ids():
+    from gguf.constants import GGML_QUANT_SIZES
     from gguf.constants import GGMLQuantizationType as T
     assert list(cache_types.TYPES) == ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl",
                                        "q5_0", "q5_1"]
     for name, tid in cache_types.TYPES.items():
         assert T(tid).name.lower() == name
+        assert cache_types.block_size(tid) == GGML_QUANT_SIZES[T(tid)][0]
         assert cache_types.parse(name) == tid and cache_types.name_of(tid) == name
     assert cache_types.parse(" Q8_0 ") == T.Q8_0
     with pytest.raises(UsageError, match=r"unknown KV cache type 'q3_k'.*f16, bf16, q8_0"):

@@ -66,6 +66,10 @@ def test_switching_threads_mid_answer_keeps_the_answer(demo_model, monkeypatch):
         monkeypatch.setattr(threads, "PROBE_EVERY", 2)
         monkeypatch.setattr(threads, "MAX_INTERVAL", 2)
         monkeypatch.setattr(threads, "MARGIN", 10.0)      # every probe wins: switch each time
+        # Probes of a fixed length, whatever the decodes take (a slow probe would end
+        # early on a loaded machine): the number of switches follows from the length.
+        monkeypatch.setattr(threads, "ABORT", float("inf"))
+        monkeypatch.setattr(threads, "PROBE_LEN", 2)
         s.ctx.governor = ThreadGovernor(s.ctx, 2, 2)
         s.reset()
         got = s.generate(prompt, GenOptions(max_tokens=40, sampling=SamplingParams())).run()

@@ -288,7 +288,7 @@ def test_store_cli_and_server_work_without_fcntl(tmp_path):
     assert "Warning" not in probe.stderr, probe.stderr
     # Tests whose CLI and server subprocesses inherit PYTHONPATH (the conftest ``cli``
     # fixture, tests/support/serverproc.py), so the shim applies to those processes too.
-    # (tests/test_store_cli.py sets its own PYTHONPATH for its subprocesses: not here.)
+    # (tests/store/test_store_cli.py sets its own PYTHONPATH for its subprocesses: not here.)
     proc = _run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-W", "error::UserWarning",
                  "tests/store/test_store_store.py", "tests/store/test_store_names.py",
                  "tests/platform/test_platforms.py::test_locks_shared_and_exclusive_across_processes",

@@ -24,7 +24,7 @@ def server(tmp_path_factory, demo_model):
         store = Store(data, hub=Hub(endpoint=hub.url, token=""))
         store.pull("qualcomm/Bundle", out=io.StringIO())
         store.pull(VLM, local_path=demo_model, model_type="vlm", out=io.StringIO(), interactive=False)
-    # Paths and any origin are opt-in (tests/test_hardening_server.py checks the defaults).
+    # Paths and any origin are opt-in (tests/server/test_hardening_server.py checks the defaults).
     with AppServer(data, nctx=1024, allow_paths=True, origins="*") as s:
         yield s
 

@@ -1,7 +1,7 @@
 """Identity past the positions where CPU kernels change paths, at the DEFAULT settings.
 
 ggml's CPU flash attention splits a one-row decode's keys per thread once the KV window
-reaches 512 cells when K/V are F16 (llama-library.md, "Exact on every core"); that is
+reaches 512 cells when K/V are F16 (docs/speculative.md, "Identical output"); that is
 where every-core decoding used to stop being bitwise equal to verify rows. These tests
 run every drafting method at the shipped defaults (every physical core for one-row
 decodes and batches, q8_0 KV cache) with answers that run past position 512 and past

@@ -41,7 +41,7 @@ from geniex.engine.session import LoadOptions, Session
 from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.errors import SpecSetupError
-from geniex.speculative.build import FALLBACK
+from geniex.speculative.options import FALLBACK
 
 SEEDED = [(0.8, 1), (0.8, 2), (1.0, 3), (0.5, 17)]     # (temperature, seed)
 WORDS = ("the cat sat on a mat while he thinks of rain in her garden and other things "

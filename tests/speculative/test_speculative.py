@@ -17,7 +17,7 @@ from geniex.engine.session import LoadOptions, Session
 from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.drafters.base import Draft, Drafter
-from geniex.speculative.build import FALLBACK
+from geniex.speculative.options import FALLBACK
 
 REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over the lazy dog. "
           "The quick brown fox jumps over the lazy dog again.")

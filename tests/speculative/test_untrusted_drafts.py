@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from geniex.errors import ModelLoadError
-from geniex.speculative.build import FALLBACK
+from geniex.speculative.options import FALLBACK
 from shared_fixtures import ROOT
 
 sys.path.insert(0, str(ROOT / "tools" / "reliability"))

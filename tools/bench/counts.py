@@ -72,9 +72,10 @@ class PlainAnswers:
 
     def _session(self):
         if self.session is None:
-            from geniex.engine.session import LoadOptions, Session
+            from geniex.engine.session import LoadOptions, open_session
+            from geniex.store.resolved import from_gguf_path
             from geniex.store.demo import demo_model_path
-            self.session = Session(demo_model_path(), LoadOptions(nctx=4096))
+            self.session = open_session(from_gguf_path(demo_model_path()), LoadOptions(nctx=4096))
         return self.session
 
     def prompt(self, turns, answers):
@@ -110,10 +111,11 @@ class PlainAnswers:
 
 def measured_curve():
     """The demo model's verify cost curve on this machine (the draft policy's calibration)."""
-    from geniex.engine.session import LoadOptions, Session
+    from geniex.engine.session import LoadOptions, open_session
     from geniex.speculative import policy
     from geniex.store.demo import demo_model_path
-    s = Session(demo_model_path(), LoadOptions(nctx=4096))
+    from geniex.store.resolved import from_gguf_path
+    s = open_session(from_gguf_path(demo_model_path()), LoadOptions(nctx=4096))
     try:
         costs, _one = policy.calibrate(s.ctx, s.batch, 1, repeats=5)
     finally:

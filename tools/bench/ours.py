@@ -8,7 +8,8 @@ class Runner:
     """A Session loaded with one configuration; answers token-id prompts."""
 
     def __init__(self, cfg, model_path):
-        from geniex.engine.session import LoadOptions, Session
+        from geniex.engine.session import LoadOptions, open_session
+        from geniex.store.resolved import from_gguf_path
         from geniex.speculative.options import SpecOptions
         spec = SpecOptions()
         if cfg.spec:
@@ -20,7 +21,7 @@ class Runner:
         if cfg.cache:
             opts.cache_type_k = opts.cache_type_v = cfg.cache
         self.cfg = cfg
-        self.s = Session(model_path, opts)
+        self.s = open_session(from_gguf_path(model_path), opts)
         if cfg.spec and self.s.drafter is None:
             raise SystemExit(f"{cfg.name}: speculative setup failed: {self.s.spec_notes}")
         # The verify cost curve the draft policy measured at load (rows -> one-row decodes).

@@ -1,6 +1,6 @@
-"""Run llama.cpp's own server test suite (``tools/server/tests`` of b11549, the library
-geniex ships) against ``geniex serve``, with the demo model in place of the Hub models
-the suite downloads, and report pass/fail counts by cause.
+"""Run llama.cpp's own server test suite (``thirdparty/llama.cpp/tools/server/tests``
+of b11549, the library geniex ships) against ``geniex serve``, with the demo model in
+place of the Hub models the suite downloads, and report pass/fail counts by cause.
 
     python tools/release/llama_server_suite.py [--work DIR] [-k EXPR] [FILE.py ...]
 

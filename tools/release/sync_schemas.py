@@ -1,6 +1,6 @@
 """Rewrite the ``spec_*`` properties of ``schemas/chat_completions.request.json`` from
 the options table (``geniex.speculative.options.FIELDS``), the one place they are
-defined. ``tests/fast/test_spec_options.py`` fails while the file and the table differ.
+defined. ``tests/speculative/test_options.py`` fails while the file and the table differ.
 
 The file keeps its layout (one property a line); only the ``spec_*`` lines and the
 ``patternProperties`` block are replaced.

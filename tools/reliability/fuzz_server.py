@@ -14,7 +14,7 @@ repeats its fuzzing and stateful phases until the time is spent (the README's ru
 ``--max-examples 5 --max-time 900``, about 11,000 requests). Generated bodies name
 models that do not exist (a 404 after parsing and validation), so the run exercises
 parsing, validation, routing and the guards, not generation: the regression tests
-in ``tests/test_hardening_*.py`` cover requests that reach the model.
+in ``tests/*/test_hardening_*.py`` cover requests that reach the model.
 """
 import argparse
 import collections

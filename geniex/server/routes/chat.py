@@ -19,12 +19,17 @@ def chat_completions():
     answer = answerer().chat(body, keep_cache(), cancel())
     if answer is None:
         return jsonify(None)
-    env = shapes.Envelope("chat", answer.model)
+    return _reply(body, answer, shapes.Envelope("chat", answer.model), _chat_events, shapes.chat_completion)
+
+
+def _reply(body, answer, env, events, whole):
+    """The answer as a stream of ``events(env, answer, usage)`` chunks with ``stream``,
+    else as one ``whole(env, text, stats, warnings)`` object."""
     if body.get("stream"):
-        return stream(_chat_events(env, answer, include_usage(body)), answer)
+        return stream(events(env, answer, include_usage(body)), answer)
     with answer:
         text = answer.text()
-    return jsonify(shapes.chat_completion(env, text, answer.stats, answer.warnings))
+    return jsonify(whole(env, text, answer.stats, answer.warnings))
 
 
 def _chat_events(env, answer, usage):
@@ -62,12 +67,7 @@ def completions():
     validate(body, "completions.request.json")
     validate_spec(body)
     answer = answerer().complete(body, keep_cache(), cancel())
-    env = shapes.Envelope("text", answer.model)
-    if body.get("stream"):
-        return stream(_completion_events(env, answer, include_usage(body)), answer)
-    with answer:
-        text = answer.text()
-    return jsonify(shapes.completion(env, text, answer.stats, answer.warnings))
+    return _reply(body, answer, shapes.Envelope("text", answer.model), _completion_events, shapes.completion)
 
 
 def _completion_events(env, answer, usage):

@@ -12,6 +12,7 @@ from geniex.engine import tasks
 from geniex.server import shapes
 from geniex.server.answering import CHAT_MAX_TOKENS, chat_messages, continuation
 from geniex.server.exchange import answerer, cancel, keep_cache, read_body, stream
+from geniex.server.metrics import CONTENT_TYPE
 from geniex.server.validation import ApiError, validate, validate_spec
 
 bp = Blueprint("native", __name__)
@@ -209,5 +210,5 @@ def metrics():
     if not config.metrics:
         raise ApiError(501, "this server was started without --metrics", code="not_supported")
     m = answerer().metrics
-    return Response(m.exposition(), mimetype="text/plain",
+    return Response(m.exposition(), content_type=CONTENT_TYPE,
                     headers={"Process-Start-Time-Unix": str(int(m.started))})

@@ -1,0 +1,37 @@
+"""One way to open a model: ``open_session`` checks the context before the library
+allocates, and every caller (``infer``, the server's worker, ``geniex.api.load``) goes
+through it with LoadOptions built by ``load_options``."""
+import pytest
+
+import geniex.api as gx
+from geniex.engine import limits
+from geniex.engine.session import LoadOptions, load_options
+from geniex.errors import UsageError
+
+
+@pytest.mark.fast
+def test_load_options_takes_each_field_from_the_last_layer_that_sets_it():
+    defaults = {"nctx": 4096, "ngl": -1, "compute": None, "cache_type_k": "q8_0", "n_predict": 7}
+    body = {"nctx": 512, "compute": None, "cache_type_k": "F16", "messages": []}
+    options = load_options(defaults, body, data_dir="/d", memory_budget=1 << 20)
+    assert (options.nctx, options.ngl, options.compute, options.cache_type_k) == (512, -1, None, "f16")
+    # Unset fields keep LoadOptions' own defaults; what is not a load field is ignored.
+    assert (options.cache_type_v, options.threads) == (LoadOptions.cache_type_v, 0)
+    assert (options.data_dir, options.memory_budget, options.spec.enabled) == ("/d", 1 << 20, False)
+
+
+@pytest.mark.fast
+def test_the_python_api_refuses_a_context_over_the_memory_budget_before_loading(demo_model, monkeypatch):
+    """geniex.api.load skipped the context checks before it opened through open_session."""
+    monkeypatch.setenv(limits.BUDGET_ENV, "16M")
+    with pytest.raises(UsageError, match="memory budget of 16 MiB"):
+        gx.load(str(demo_model), nctx=8192)
+
+
+def test_the_python_api_cuts_a_default_context_to_what_the_model_was_trained_for(demo_model):
+    trained = limits.trained_context(limits.header_of(demo_model))
+    session = gx.load(str(demo_model), nctx=trained * 4)
+    try:
+        assert session.ctx.n_ctx == trained
+    finally:
+        session.close()
