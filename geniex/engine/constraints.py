@@ -148,7 +148,8 @@ def tokenizer(vocab):
                                         and piece.endswith(b">")):
                 piece = b"\xff" + piece
             tokens.append(piece)
-        eos = sorted(vocab.eog) or [vocab.eos]
+        eos = [vocab.eos] if vocab.eos in vocab.eog else []
+        eos += sorted(vocab.eog - set(eos))
         fptr = ctypes.cast(lib.llama_tokenize, ctypes.c_void_p).value
         found = _llg().LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=vocab.ptr, tokenize_fptr=fptr,
                                                  eos_token=eos, slices=None)
@@ -176,6 +177,8 @@ class Constraint:
         self._shifts = np.arange(8, dtype=np.uint8)
         self._row = np.empty(n_vocab, dtype=np.float32)
         self.consumed = 0
+        # The token a complete grammar ends the answer with: the first of the grammar's end tokens.
+        self.end_token = tok.eos_token
 
     def allowed(self):
         """A uint8 array over the vocabulary: 1 where the state allows the token."""
