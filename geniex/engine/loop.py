@@ -19,6 +19,7 @@ comes, trace each step, or step through the loop in a debugger.
 import time
 from dataclasses import dataclass, field
 
+from geniex.engine.forced import ForcedDrafter
 from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
@@ -38,6 +39,8 @@ class GenOptions:
     stop: tuple = ()
     sampling: object = None          # SamplingParams
     grammar: object = None           # a constraints.Grammar the answer must match (None: free text)
+    forced_drafts: bool = True       # with a grammar, draft what it forces (geniex.engine.forced)
+    forced_max: int | None = None    # the longest forced run (None: the verify batch; recurrent targets: less)
 
 
 @dataclass
@@ -142,6 +145,8 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
     n_past = len(history) - 1
     drafter.begin(history, n_past, row)
     answer = Answer(opts, vocab, ctx.n_vocab, history)
+    if answer.constraint is not None and opts.forced_drafts:
+        drafter = ForcedDrafter(answer.constraint, vocab, drafter, opts.forced_max)
     rows = min(ctx.n_batch, batch.capacity)     # a verify batch never exceeds the context's batch
     index = 0
     t_decode = time.perf_counter()
