@@ -173,26 +173,40 @@ class Constraint:
                                param=grammar.param)
         words = (max(n_vocab, tok.vocab_size) + 31) // 32
         self._bits = np.zeros(words, dtype=np.int32)
-        self._allowed = np.zeros((words * 4, 8), dtype=np.uint8)     # one byte per token, by bit
-        self._shifts = np.arange(8, dtype=np.uint8)
+        # Each mask bit spread over a 32-bit lane (all ones: allowed, zero: forbidden), so
+        # masking a row is a few bitwise passes over its float bits (numpy's masked copies
+        # and fancy indexing cost several times more).
+        self._shifts = np.arange(32, dtype=np.int32)
+        self._lanes = np.empty((words, 32), dtype=np.int32)
+        self._tmp = np.empty(n_vocab, dtype=np.int32)
         self._row = np.empty(n_vocab, dtype=np.float32)
+        self._neg_inf = np.array([-np.inf], dtype=np.float32).view(np.int32)[0]
         self.consumed = 0
         # The token a complete grammar ends the answer with: the first of the grammar's end tokens.
         self.end_token = tok.eos_token
 
-    def allowed(self):
-        """A uint8 array over the vocabulary: 1 where the state allows the token."""
+    def _expand(self):
+        """Compute the current state's mask into the lanes; returns them, one per token."""
         self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
-        np.right_shift(self._bits.view(np.uint8)[:, None], self._shifts, out=self._allowed)
-        np.bitwise_and(self._allowed, 1, out=self._allowed)
-        return self._allowed.reshape(-1)[:self.n_vocab]
+        lanes = self._lanes
+        np.right_shift(self._bits[:, None], self._shifts, out=lanes)
+        np.bitwise_and(lanes, 1, out=lanes)
+        np.negative(lanes, out=lanes)
+        return lanes.reshape(-1)[:self.n_vocab]
+
+    def allowed(self):
+        """A boolean array over the vocabulary: True where the state allows the token."""
+        return self._expand() != 0
 
     def mask(self, logits):
         """``logits`` with -inf on every token the current state forbids (a buffer of
         this constraint, valid until the next call)."""
-        allowed = self.allowed()
-        np.copyto(self._row, logits)
-        self._row[allowed == 0] = -np.inf
+        lanes = self._expand()
+        bits, tmp = self._row.view(np.int32), self._tmp
+        np.bitwise_and(np.asarray(logits, dtype=np.float32).view(np.int32), lanes, out=bits)
+        np.invert(lanes, out=tmp)
+        np.bitwise_and(tmp, self._neg_inf, out=tmp)
+        np.bitwise_or(bits, tmp, out=bits)
         return self._row
 
     def consume(self, token):
