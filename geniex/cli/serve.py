@@ -45,6 +45,9 @@ def register(sub):
                      help="require `Authorization: Bearer KEY` on /v1 requests (env GENIEX_API_KEY; default: none)")
     sec.add_argument("--allow-paths", action="store_true",
                      help="let requests load GGUF files by path (default: stored models only)")
+    sec.add_argument("--grammar-dir", metavar="DIR", default=None,
+                     help="the folder whose GBNF files requests may name in grammar_path (default: none; "
+                          "grammar_path is then refused)")
     sec.add_argument("--max-body", default="8M",
                      help="largest request body, e.g. 512K, 8M (default 8M; larger gets 413)")
     sec.add_argument("--max-queue", type=int, default=8,
@@ -95,7 +98,8 @@ def run(args):
     config = ServerConfig(data_dir=args.data_dir, keepalive=_keepalive(args.keepalive),
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
-                                            cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict),
+                                            cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict,
+                                            grammar_dir=_grammar_dir(args.grammar_dir)),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
                           allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),
@@ -104,6 +108,16 @@ def run(args):
                           model=_default_model(args.model, args.data_dir),
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port)
+
+
+def _grammar_dir(value):
+    """``--grammar-dir`` checked before listening: an existing folder, as an absolute path."""
+    if value is None:
+        return None
+    path = os.path.abspath(os.path.expanduser(value))
+    if not os.path.isdir(path):
+        raise UsageError(f"--grammar-dir {value}: not a folder")
+    return path
 
 
 def _default_model(name, data_dir):
