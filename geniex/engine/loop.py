@@ -19,6 +19,7 @@ comes, trace each step, or step through the loop in a debugger.
 import time
 from dataclasses import dataclass, field
 
+from geniex.engine.logprobs import Probe
 from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
@@ -37,6 +38,7 @@ class GenOptions:
     max_tokens: int = 2048
     stop: tuple = ()
     sampling: object = None          # SamplingParams
+    logprobs: int | None = None      # None: none; n: each answer token's log-probability and its top n
 
 
 @dataclass
@@ -57,11 +59,13 @@ class Step:
     verify_time: float
     stop: str = ""                   # set on the last step
     extra: dict = field(default_factory=dict)
+    logprobs: list | None = None     # a TokenLogprob per committed token (GenOptions.logprobs)
 
 
-def verify(ctx, batch, sampler, pending, n_past, drafts, eog):
+def verify(ctx, batch, sampler, pending, n_past, drafts, eog, probe=None):
     """Decode ``[pending, *drafts]`` from position ``n_past`` with logits on every row and
-    sample the rows in order while the target agrees with the draft.
+    sample the rows in order while the target agrees with the draft (``probe``, a
+    :class:`~geniex.engine.logprobs.Probe`, reads each sampled row's log-probabilities).
 
     Returns ``(sampled, accepted)``: the accepted drafts followed by the target's own
     token (a row that disagrees, or the row after the last draft), and how many drafts
@@ -70,7 +74,10 @@ def verify(ctx, batch, sampler, pending, n_past, drafts, eog):
     ctx.decode(batch.fill([pending, *drafts], n_past, all_logits=True))
     sampled = []
     for i in range(len(drafts) + 1):
-        tok = sampler.sample(ctx.logits(i))
+        row = ctx.logits(i)
+        tok = sampler.sample(row)
+        if probe is not None:
+            probe.row(row, tok)
         sampler.accept(tok)
         sampled.append(tok)
         if i == len(drafts) or tok != drafts[i] or tok in eog:
@@ -84,6 +91,7 @@ class Answer:
 
     def __init__(self, opts, vocab, n_vocab, history):
         self.sampler = Sampler(opts.sampling, n_vocab, history)
+        self.probe = Probe(opts.logprobs) if opts.logprobs is not None else None
         self.stream = TextStream(opts.stop)
         self.max_tokens = opts.max_tokens
         self.eog, self.piece = vocab.eog, vocab.piece
@@ -148,7 +156,10 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
                                                draft.probs)]
             t1 = time.perf_counter()
             pending = history[n_past]
-            sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog)
+            probe = answer.probe
+            if probe is not None:
+                probe.start()
+            sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog, probe)
             used, committed, text = answer.commit(sampled)
             history.extend(sampled[:used])
             n_past += used
@@ -170,7 +181,8 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             if draft.grade:
                 extra["grade"] = draft.grade
             yield Step(index, n_past - used, pending, list(drafts), probs, method if drafts else "",
-                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop, extra)
+                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop, extra,
+                       probe.rows[:len(committed)] if probe is not None else None)
             index += 1
     finally:
         kv.tokens = history[:n_past]            # what the KV cache holds for the next answer

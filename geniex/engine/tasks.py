@@ -143,6 +143,18 @@ class Piece:
     text: str
     tokens: list
     timings: dict | None = None
+    logprobs: list | None = None         # a TokenText per token, when the task asked for them
+
+
+@dataclass
+class TokenText:
+    """An answer token's log-probability with the bytes of it and of its ``top``
+    alternatives (``(id, bytes, logprob)``, most likely first): what a response shows."""
+
+    id: int
+    bytes: bytes
+    logprob: float
+    top: list = field(default_factory=list)
 
 
 @dataclass
@@ -256,7 +268,8 @@ def _decode(session, task, tokens, cancel):
         if step.text or step.committed:
             produced += len(step.committed)
             timings = _running(generation.stats, produced, t0) if streaming.timings_per_token else None
-            yield Piece(step.text, step.committed, timings)
+            logprobs = _token_texts(session.vocab, step.logprobs) if step.logprobs is not None else None
+            yield Piece(step.text, step.committed, timings, logprobs)
     yield from reports
     yield Done(generation.stats, options.sampling.logit_bias if options.sampling is not None else ())
 
@@ -276,6 +289,12 @@ def _sampling_for(options, session):
     if sampling.ignore_eos:
         bias += [(t, float("-inf")) for t in sorted(vocab.eog)]
     return dataclasses.replace(options, sampling=dataclasses.replace(sampling, logit_bias=tuple(bias)))
+
+
+def _token_texts(vocab, rows):
+    """The loop's TokenLogprob records with the bytes each token stands for."""
+    piece = vocab.piece
+    return [TokenText(r.token, piece(r.token), r.logprob, [(t, piece(t), lp) for t, lp in r.top]) for r in rows]
 
 
 def _running(stats, produced, t0):

@@ -71,6 +71,7 @@ class Answer:
         self.stats = None                       # the answer's Stats, once it is done
         self.tokens = []                        # the answer's tokens so far
         self.logit_bias = ()                    # as sampled: ((token, bias), ...)
+        self.logprobs = None                    # [TokenText] so far, when the request asked for them
         self._metrics = metrics
         self._events = events
         try:
@@ -90,6 +91,8 @@ class Answer:
                 yield event
             elif event.text or event.tokens:
                 self.tokens.extend(event.tokens)
+                if self.logprobs is not None and event.logprobs:
+                    self.logprobs.extend(event.logprobs)
                 yield event
             event = next(self._events, None)
 
@@ -360,7 +363,8 @@ class Answerer:
         if self.defaults.n_predict is not None:
             default_max = nctx if self.defaults.n_predict < 0 else self.defaults.n_predict
         return GenOptions(max_tokens=llama_fields.max_tokens(body, default_max, nctx),
-                          stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling)
+                          stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling,
+                          logprobs=llama_fields.logprobs(body))
 
     def _start(self, lease, task, cancel, model, warnings, field):
         """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
@@ -368,6 +372,8 @@ class Answerer:
         try:
             answer = Answer(lease, lease.run(task, cancel, self.timeout(lease)), model, warnings, self.metrics)
             answer.task = task
+            if task.options.logprobs is not None:
+                answer.logprobs = []
             return answer
         except Cancelled as e:
             log.info("%s: request cancelled (the client went away or the server is stopping) while its "

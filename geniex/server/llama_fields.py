@@ -12,6 +12,9 @@ import math
 
 from geniex.server.validation import ApiError
 
+MAX_TOP_LOGPROBS = 20      # top_logprobs / completions logprobs (OpenAI's bound)
+MAX_N_PROBS = 100          # llama.cpp's n_probs (unbounded there; each is a JSON object per token)
+
 # Our sampler chain, in the order it runs (geniex.engine.sampling); each name is a
 # sampler of llama.cpp's ``samplers`` list, and the fields that switch it off.
 CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
@@ -28,7 +31,7 @@ _CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "
 NEUTRAL = {
     "top_n_sigma": lambda v: v <= 0, "xtc_probability": lambda v: v <= 0,
     "dynatemp_range": lambda v: v <= 0, "dry_multiplier": lambda v: v <= 0, "mirostat": lambda v: v == 0,
-    "n_probs": lambda v: v <= 0, "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
+    "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
     "t_max_prompt_ms": lambda v: v <= 0, "t_max_predict_ms": lambda v: v <= 0,
     "n_indent": lambda v: v <= 0, "adaptive_target": lambda v: v < 0,
 }
@@ -37,7 +40,8 @@ NEUTRAL_EXACT = {"backend_sampling": False, "post_sampling_probs": False, "verbo
                  "response_fields": [], "lora": [], "grammar": "", "json_schema": {}}
 # Why a field cannot be honoured where that is not plain: the 400 says so.
 WHY = {
-    "n_probs": "token probabilities are not computed by this server yet",
+    "post_sampling_probs": "token probabilities are reported from the raw logits (as llama.cpp does without "
+                           "post_sampling_probs), not after the sampler chain",
     "grammar": "constrained decoding is not available on this route yet",
     "json_schema": "constrained decoding is not available on this route yet",
     "t_max_prompt_ms": "time limits are not supported", "t_max_predict_ms": "time limits are not supported",
@@ -74,6 +78,35 @@ def _unsupported(name, value, why=None):
     why = why or WHY.get(name) or "this sampler or setting is not implemented by this server"
     return ApiError(400, f"{name}: {value!r} cannot be honoured: {why}; leave it out or at its neutral value",
                     param=name, code="unsupported_value")
+
+
+def logprobs(body):
+    """How many alternatives per answer token a request asks to see with each token's
+    log-probability; None when it asks for none. Read from OpenAI's chat fields
+    (``logprobs: true`` with ``top_logprobs`` 0-20), OpenAI's completions field
+    (``logprobs``: 0-20) or llama.cpp's ``n_probs`` (1-100; 0 = none)."""
+    n_probs = body.get("n_probs")
+    if n_probs is not None:
+        if not isinstance(n_probs, int) or isinstance(n_probs, bool) or not 0 <= n_probs <= MAX_N_PROBS:
+            raise ApiError(400, f"n_probs: expected an integer from 0 to {MAX_N_PROBS}, got {n_probs!r}",
+                           param="n_probs", code="invalid_value")
+        if n_probs > 0:
+            return n_probs
+    asked, top = body.get("logprobs"), body.get("top_logprobs")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise ApiError(400, f"top_logprobs: expected an integer from 0 to {MAX_TOP_LOGPROBS}, got {top!r}",
+                       param="top_logprobs", code="invalid_value")
+    if asked is None or asked is False:
+        if top:
+            raise ApiError(400, "top_logprobs: requires logprobs to be set to true", param="top_logprobs",
+                           code="invalid_value")
+        return None
+    if asked is True:
+        return top or 0
+    if not isinstance(asked, int) or not 0 <= asked <= MAX_TOP_LOGPROBS:
+        raise ApiError(400, f"logprobs: expected a boolean (chat) or an integer from 0 to {MAX_TOP_LOGPROBS} "
+                       f"(completions), got {asked!r}", param="logprobs", code="invalid_value")
+    return asked
 
 
 def max_tokens(body, default, n_ctx):

@@ -45,6 +45,10 @@ def chat_body(body):
     if body.get("previous_response_id"):
         raise ApiError(400, "previous_response_id: this server keeps no responses; send the whole conversation "
                        "in input", param="previous_response_id", code="unsupported_value")
+    if body.get("top_logprobs") or "message.output_text.logprobs" in (body.get("include") or []):
+        raise ApiError(400, "top_logprobs: token log-probabilities are not reported on /v1/responses; ask "
+                       "/v1/chat/completions (logprobs, top_logprobs) or /v1/completions for them",
+                       param="top_logprobs", code="unsupported_value")
     if body.get("tools"):
         raise ApiError(400, "tools: this server does not parse tool calls out of answers on /v1/responses",
                        param="tools", code="unsupported_value")
