@@ -19,11 +19,11 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from geniex.engine import embedding
+from geniex.engine import embedding, logprobs
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.stats import Stats
-from geniex.errors import GenieXError, Unsupported, UsageError
+from geniex.errors import ContextLengthExceeded, GenieXError, Unsupported, UsageError
 from geniex.llama import api
 
 
@@ -128,6 +128,18 @@ class RerankTask:
 
     query: str
     documents: list
+
+
+@dataclass
+class LogitsTask:
+    """One prefill-only pass over ``input_ids`` (GenieX's ``/v1/logits``): the raw logits
+    of the last position (``last_only``) or of every position, as the ``top_n`` largest
+    with their log-probabilities, and each position's log-probability of the next input
+    token (what perplexity needs). No sampling, no answer."""
+
+    input_ids: list
+    last_only: bool = True
+    top_n: int = 20
 
 
 @dataclass
@@ -395,6 +407,40 @@ def _rerank(session, task):
     return {"results": out}
 
 
+def _logits(session, task):
+    ids = _token_ids(session, task.input_ids, "input_ids")
+    ctx, batch = session.ctx, session.batch
+    n = len(ids)
+    if not n:
+        raise UsageError("input_ids: empty", param="input_ids")
+    if n > ctx.n_ctx:
+        raise ContextLengthExceeded(f"input_ids has {n} tokens but the context holds {ctx.n_ctx}; raise --nctx or "
+                                    "send fewer", n_prompt_tokens=n, n_ctx=ctx.n_ctx)
+    session.reset()                 # the pass starts at position 0 on a clean cache
+    rows = []
+    step = min(ctx.n_batch, batch.capacity)
+    try:
+        for start in range(0, n, step):
+            chunk = ids[start:start + step]
+            want_all = not task.last_only
+            if task.last_only and start + len(chunk) < n:
+                ctx.decode(batch.fill(chunk, start))          # only the last chunk's last row is read
+                continue
+            ctx.decode(batch.fill(chunk, start, all_logits=want_all))
+            first = 0 if want_all else len(chunk) - 1
+            for i in range(first, len(chunk)):
+                pos = start + i
+                row = ctx.logits(i)
+                nxt = ids[pos + 1] if pos + 1 < n else None
+                rec = logprobs.read(row, nxt if nxt is not None else 0, task.top_n)
+                rows.append({"index": pos, "token_id": ids[pos],
+                             "next_token_logprob": rec.logprob if nxt is not None else None,
+                             "top": [{"token_id": t, "logit": float(row[t]), "logprob": lp} for t, lp in rec.top]})
+    finally:
+        session.reset()             # nothing of this pass is a conversation to continue
+    return {"n_tokens": n, "n_vocab": session.vocab.n_tokens, "data": rows}
+
+
 # -- shared pieces ----------------------------------------------------------------------
 def _render(session, task):
     """The prompt text of a chat or template task's messages; with ``continue_final`` it
@@ -426,5 +472,5 @@ def _token_ids(session, tokens, field_name):
 
 _HANDLERS = {ChatTask: _chat, CompletionTask: _complete, InfillTask: _infill, TokenizeTask: _tokenize,
              DetokenizeTask: _detokenize, TemplateTask: _template, PropsTask: _props, EmbedTask: _embed,
-             RerankTask: _rerank}
+             RerankTask: _rerank, LogitsTask: _logits}
 _DECODING = (ChatTask, CompletionTask, InfillTask)
