@@ -130,11 +130,12 @@ def _decode(server, route, spec):
     return body["content"][0]["text"], body["timings"]
 
 
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.5, "top_k": 5, "seed": 23}], ids=["greedy", "seeded"])
 @pytest.mark.parametrize("route", ["/completion", "/v1/completions", "/chat/completions", "/infill",
                                    "/v1/responses", "/v1/messages"])
-def test_every_decoding_route_gives_the_same_tokens_with_speculation(server, route):
-    plain, plain_timings = _decode(server, route, {})
-    spec, timings = _decode(server, route, SPEC)
+def test_every_decoding_route_gives_the_same_tokens_with_speculation(server, route, sampling):
+    plain, plain_timings = _decode(server, route, sampling)
+    spec, timings = _decode(server, route, {**SPEC, **sampling})
     assert spec == plain
     assert plain_timings["draft_n"] == 0
     assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0
@@ -203,6 +204,45 @@ def test_metrics_parse_and_count_speculation_per_method(server):
     assert delta("geniex:spec_decode_num_accepted_tokens_total") == t["draft_n_accepted"]
     assert delta("geniex:spec_decode_accepted_length_count") == sum(t["accept_hist"])
     assert after["llamacpp:requests_processing"].value == 0
+
+
+def test_metrics_histogram_per_method_with_two_drafters(server):
+    """Two drafting methods in one request: a sample set per method, whose counters add up
+    to the llama.cpp totals, and an accepted-length histogram whose buckets are cumulative
+    and end at its count (prometheus_client's parser reads all of it)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape():
+        return [s for f in text_string_to_metric_families(server.get("/metrics").text) for s in f.samples]
+
+    def per_method(samples, name):
+        return {s.labels["method"]: s.value for s in samples if s.name == name and "le" not in s.labels}
+
+    def total(samples, name):
+        return next(s.value for s in samples if s.name == name and not s.labels)
+
+    both = {"n_predict": 24, "spec_type": "ngram-mod,draft-simple", "spec_draft_model": DEMO, "spec_n_max": 4,
+            "spec_n_min": 1, "spec_draft_policy": "fixed"}
+    before = scrape()
+    # the n-gram drafts a repeat; a new text has no n-gram to follow, so the draft model drafts
+    t = {"draft_n": 0}
+    for prompt in (REPEAT + "\n" + REPEAT[16:], "Write a short poem about the sea."):
+        t["draft_n"] += ok(server.post("/completion", {"prompt": prompt, **both}))["timings"]["draft_n"]
+    after = scrape()
+    for name in ("spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens"):
+        grown = {m: v - per_method(before, f"geniex:{name}_total").get(m, 0)
+                 for m, v in per_method(after, f"geniex:{name}_total").items()}
+        assert sum(grown.values()) == total(after, f"llamacpp:{name}_total") - total(before, f"llamacpp:{name}_total")
+    assert sum(v - per_method(before, "geniex:spec_decode_num_draft_tokens_total").get(m, 0)
+               for m, v in per_method(after, "geniex:spec_decode_num_draft_tokens_total").items()) == t["draft_n"]
+    methods = set(per_method(after, "geniex:spec_decode_accepted_length_count"))
+    assert methods == {"ngram-mod", "draft-simple"}
+    for method in methods:
+        buckets = sorted((float(s.labels["le"]), s.value) for s in after
+                         if s.name == "geniex:spec_decode_accepted_length_bucket" and s.labels["method"] == method)
+        counts = [v for _, v in buckets]
+        assert counts == sorted(counts) and buckets[-1][0] == float("inf")
+        assert buckets[-1][1] == per_method(after, "geniex:spec_decode_accepted_length_count")[method]
 
 
 # -- /infill --------------------------------------------------------------------------------------
