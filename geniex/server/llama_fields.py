@@ -17,20 +17,21 @@ MAX_N_PROBS = 100          # llama.cpp's n_probs (unbounded there; each is a JSO
 
 # Our sampler chain, in the order it runs (geniex.engine.sampling); each name is a
 # sampler of llama.cpp's ``samplers`` list, and the fields that switch it off.
-CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 _OFF = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-        "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0}}
+        "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0},
+        "xtc": {"xtc_probability": 0.0}}
 _ALIASES = {"typical_p": "typ_p"}
 # llama.cpp's samplers that are no-ops at the neutral values we require below.
-NEUTRAL_SAMPLERS = frozenset(("dry", "top_n_sigma", "xtc", "infill", "adaptive_p"))
+NEUTRAL_SAMPLERS = frozenset(("dry", "top_n_sigma", "infill", "adaptive_p"))
 # One-letter forms of a ``samplers`` string (common_sampler_types_from_chars).
 _CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
           "m": "min_p", "x": "xtc", "t": "temperature", "i": "infill", "a": "adaptive_p"}
 
 # field -> test of a value that changes nothing (the field is then accepted).
 NEUTRAL = {
-    "top_n_sigma": lambda v: v <= 0, "xtc_probability": lambda v: v <= 0,
-    "dynatemp_range": lambda v: v <= 0, "dry_multiplier": lambda v: v <= 0, "mirostat": lambda v: v == 0,
+    "top_n_sigma": lambda v: v <= 0,
+    "dynatemp_range": lambda v: v <= 0, "dry_multiplier": lambda v: v <= 0,
     "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
     "t_max_prompt_ms": lambda v: v <= 0, "t_max_predict_ms": lambda v: v <= 0,
     "n_indent": lambda v: v <= 0, "adaptive_target": lambda v: v < 0,
@@ -47,9 +48,8 @@ WHY = {
     "t_max_prompt_ms": "time limits are not supported", "t_max_predict_ms": "time limits are not supported",
 }
 # Fields read by name only (their settings take effect only with the field above).
-IGNORED_WITH_NEUTRAL = ("xtc_threshold", "dynatemp_exponent", "dry_base", "dry_allowed_length",
-                        "dry_penalty_last_n", "dry_sequence_breakers", "mirostat_tau", "mirostat_eta",
-                        "adaptive_decay")
+IGNORED_WITH_NEUTRAL = ("dynatemp_exponent", "dry_base", "dry_allowed_length",
+                        "dry_penalty_last_n", "dry_sequence_breakers", "adaptive_decay")
 
 
 def check_unsupported(body):
@@ -142,6 +142,19 @@ def sampling_fields(body):
     seed = body.get("seed")
     if seed in (-1, 0xFFFFFFFF):
         out["seed"] = 0                 # llama.cpp's "random seed"
+    if body.get("xtc_probability") is not None:
+        out["xtc_probability"] = _number(body, "xtc_probability", 0, 1)
+    if body.get("xtc_threshold") is not None:
+        out["xtc_threshold"] = _number(body, "xtc_threshold", 0, 1)
+    if body.get("mirostat") is not None:
+        if body["mirostat"] not in (0, 1, 2) or isinstance(body["mirostat"], bool):
+            raise ApiError(400, f"mirostat: expected 0 (off), 1 or 2, got {body['mirostat']!r}", param="mirostat",
+                           code="invalid_value")
+        out["mirostat"] = int(body["mirostat"])
+    if body.get("mirostat_tau") is not None:
+        out["mirostat_tau"] = _number(body, "mirostat_tau", 0, 100)
+    if body.get("mirostat_eta") is not None:
+        out["mirostat_eta"] = _number(body, "mirostat_eta", 0, 10)
     if body.get("ignore_eos") is not None:
         if not isinstance(body["ignore_eos"], bool):
             raise ApiError(400, "ignore_eos: expected a boolean", param="ignore_eos", code="invalid_value")
