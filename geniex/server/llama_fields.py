@@ -109,6 +109,15 @@ def logprobs(body):
     return asked
 
 
+def refuse_logprobs(body, route, instead="/v1/chat/completions (logprobs, top_logprobs) or /completion (n_probs)"):
+    """A 400 naming the field when a route whose answer has no place for token
+    log-probabilities is asked for them (rather than computing them and dropping them)."""
+    for name in ("n_probs", "logprobs", "top_logprobs"):
+        if body.get(name):
+            raise ApiError(400, f"{name}: token log-probabilities are not reported on {route}; ask {instead}",
+                           param=name, code="unsupported_value")
+
+
 def max_tokens(body, default, n_ctx):
     """``n_predict`` (llama.cpp; -1 = until the context is full) over ``max_tokens`` /
     ``max_completion_tokens``, else ``default``."""

@@ -80,6 +80,7 @@ def test_leaves_no_state_behind(server, ids):
     ({"input_ids": []}, "input_ids"),
     ({"input_ids": "The capital"}, "input_ids"),
     ({"input_ids": [1, 10 ** 7]}, "input_ids"),
+    ({"input_ids": [1, 2], "prompt": "The capital"}, "prompt"),
     ({"input_ids": [1, 2], "top_n": 0}, "top_n"),
     ({"input_ids": [1, 2], "top_n": 1001}, "top_n"),
     ({"input_ids": [1] * 200, "last_only": False, "top_n": 1000}, "top_n"),

@@ -169,11 +169,14 @@ def test_native_n_probs(server):
     ("/completion", {"n_probs": -1}, "n_probs"),
     ("/completion", {"n_probs": 2, "post_sampling_probs": True}, "post_sampling_probs"),
     ("/v1/responses", {"top_logprobs": 2}, "top_logprobs"),
-    ("/v1/responses", {"include": ["message.output_text.logprobs"]}, "top_logprobs"),
+    ("/v1/responses", {"include": ["message.output_text.logprobs"]}, "include"),
+    ("/v1/responses", {"n_probs": 3}, "n_probs"),
+    ("/v1/messages", {"n_probs": 3}, "n_probs"),
+    ("/v1/messages", {"logprobs": True}, "logprobs"),
 ])
 def test_logprob_bounds_are_400s(server, route, body, param):
     base = {"model": DEMO, "max_tokens": 2}
-    if "chat" in route:
+    if "chat" in route or "messages" in route:
         base["messages"] = [{"role": "user", "content": "hi"}]
     elif "responses" in route:
         base["input"] = "hi"

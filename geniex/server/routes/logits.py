@@ -19,6 +19,10 @@ def logits():
     """``{"input_ids", "last_only", "top_n"}`` -> the logits of one prefill pass."""
     body = read_body()
     validate(body, "logits.request.json")
+    for name in ("prompt", "text", "input", "content"):
+        if body.get(name) is not None:
+            raise ApiError(400, f"{name}: /v1/logits takes token ids only (input_ids), as GenieX's; tokenize text "
+                           "with POST /tokenize first", param=name, code="unsupported_value")
     ids = body["input_ids"]
     last_only = body.get("last_only") is not False
     top_n = TOP_N if body.get("top_n") is None else body["top_n"]
