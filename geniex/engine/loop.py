@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from geniex.engine.forced import ForcedDrafter
+from geniex.engine.logprobs import Probe
 from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
@@ -41,6 +42,7 @@ class GenOptions:
     grammar: object = None           # a constraints.Grammar the answer must match (None: free text)
     forced_drafts: bool = True       # with a grammar, draft what it forces (geniex.engine.forced)
     forced_max: int | None = None    # the longest forced run (None: the verify batch; recurrent targets: less)
+    logprobs: int | None = None      # None: none; n: each answer token's log-probability and its top n
 
 
 @dataclass
@@ -61,11 +63,13 @@ class Step:
     verify_time: float
     stop: str = ""                   # set on the last step
     extra: dict = field(default_factory=dict)
+    logprobs: list | None = None     # a TokenLogprob per committed token (GenOptions.logprobs)
 
 
-def verify(ctx, batch, sampler, pending, n_past, drafts, eog, constraint=None):
+def verify(ctx, batch, sampler, pending, n_past, drafts, eog, constraint=None, probe=None):
     """Decode ``[pending, *drafts]`` from position ``n_past`` with logits on every row and
-    sample the rows in order while the target agrees with the draft.
+    sample the rows in order while the target agrees with the draft (``probe``, a
+    :class:`~geniex.engine.logprobs.Probe`, reads each sampled row's log-probabilities).
 
     Returns ``(sampled, accepted)``: the accepted drafts followed by the target's own
     token (a row that disagrees, or the row after the last draft), and how many drafts
@@ -79,12 +83,15 @@ def verify(ctx, batch, sampler, pending, n_past, drafts, eog, constraint=None):
     ctx.decode(batch.fill([pending, *drafts], n_past, all_logits=True))
     sampled = []
     for i in range(len(drafts) + 1):
+        row = ctx.logits(i)
         if constraint is None:
-            tok = sampler.sample(ctx.logits(i))
+            tok = sampler.sample(row)
         elif constraint.is_stopped():
             tok = constraint.end_token
         else:
-            tok = sampler.sample(constraint.mask(ctx.logits(i)))
+            tok = sampler.sample(constraint.mask(row))
+        if probe is not None:
+            probe.row(row, tok)        # the raw row: log-probabilities as the model gives them
         sampler.accept(tok)
         if constraint is not None and not constraint.consume(tok):
             raise GenieXError("the grammar allows no token the sampler may pick here (a logit_bias "
@@ -102,6 +109,7 @@ class Answer:
     def __init__(self, opts, vocab, n_vocab, history):
         self.sampler = Sampler(opts.sampling, n_vocab, history)
         self.constraint = opts.grammar.constraint(vocab) if opts.grammar is not None else None
+        self.probe = Probe(opts.logprobs) if opts.logprobs is not None else None
         self.stream = TextStream(opts.stop)
         self.max_tokens = opts.max_tokens
         self.eog, self.piece = vocab.eog, vocab.piece
@@ -172,8 +180,11 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
                 drafts = drafts[:answer.constraint.allowed_prefix(drafts)]
             t1 = time.perf_counter()
             pending = history[n_past]
+            probe = answer.probe
+            if probe is not None:
+                probe.start()
             sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog,
-                                       answer.constraint)
+                                       answer.constraint, probe)
             used, committed, text = answer.commit(sampled)
             if answer.constraint is not None and used < len(sampled):
                 answer.constraint.rollback(len(sampled) - used)     # sampled past a stop string
@@ -197,7 +208,8 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             if draft.grade:
                 extra["grade"] = draft.grade
             yield Step(index, n_past - used, pending, list(drafts), probs, method if drafts else "",
-                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop, extra)
+                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop, extra,
+                       probe.rows[:len(committed)] if probe is not None else None)
             index += 1
     finally:
         kv.tokens = history[:n_past]            # what the KV cache holds for the next answer

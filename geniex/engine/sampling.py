@@ -6,8 +6,16 @@ penalty history, same position in the random stream. That is what makes seeded
 speculative output identical to plain seeded output.
 
 Order (as llama.cpp's default chain): logit bias, penalties, top-k, typical, top-p,
-min-p, temperature, draw.
-``temperature <= 0`` is greedy (argmax after penalties) and draws nothing.
+min-p, XTC, temperature, draw.
+``temperature <= 0`` is greedy (argmax after penalties) and draws nothing (XTC, when on,
+still draws its chance).
+``mirostat`` 1 or 2 replaces the chain after the logit bias, as llama.cpp's does:
+temperature, then Mirostat's own truncation and draw.
+
+State that depends on the answer so far (the penalty window, Mirostat's ``mu``) moves
+only with sampled tokens, and the loop samples a verify row only while the rows before
+it were accepted: every sampled token is committed (or ends the answer), so nothing has
+to be rolled back after a rejected draft.
 """
 import time
 from dataclasses import dataclass
@@ -31,10 +39,19 @@ class SamplingParams:
     logit_bias: tuple = ()      # ((token, bias), ...) added to the logits; -inf bans a token
     ignore_eos: bool = False    # ban end-of-generation tokens (the engine turns it into biases)
     typical_p: float = 1.0      # locally typical sampling; 1 = off
+    xtc_probability: float = 0.0  # exclude top choices: the chance per token; 0 = off
+    xtc_threshold: float = 0.1    # ... of the tokens at least this likely (> 0.5 = off)
+    mirostat: int = 0           # 1 or 2: Mirostat (v1, v2) instead of the chain
+    mirostat_tau: float = 5.0   # target surprise (bits)
+    mirostat_eta: float = 0.1   # learning rate of mu
 
     @property
     def greedy(self):
         return self.temperature <= 0
+
+    @property
+    def xtc(self):
+        return self.xtc_probability > 0 and self.xtc_threshold <= 0.5
 
     @property
     def penalized(self):
@@ -61,6 +78,7 @@ class Sampler:
         if self._counts is not None:
             for t in list(history)[-params.penalty_last_n:]:
                 self.accept(t)
+        self.mu = 2 * params.mirostat_tau       # Mirostat's running surprise bound
 
     def accept(self, token):
         """Record a committed token (only the penalties need it)."""
@@ -87,8 +105,10 @@ class Sampler:
         """Pick a token from one row of logits (a numpy float32 view)."""
         p = self.params
         x = logits + self._bias if self._bias is not None else logits
+        if p.mirostat:
+            return self._mirostat(x)
         x = self._penalize(x) if self._counts is not None else x
-        if p.greedy:
+        if p.greedy and not p.xtc:
             return int(np.argmax(x))
         # Candidate set: top-k (or all), sorted by logit only when top-p needs the order.
         if 0 < p.top_k < self.n_vocab:
@@ -110,12 +130,82 @@ class Sampler:
             if p.min_p > 0:
                 keep = min(keep, max(1, int(np.count_nonzero(probs >= p.min_p * probs[0]))))
             cand, idx = cand[:keep], idx[:keep]
+        if p.xtc:
+            cand, idx = xtc(cand, idx, p.xtc_probability, p.xtc_threshold, self.rng)
+        if p.greedy:
+            j = int(np.argmax(cand))
+            return int(idx[j]) if idx is not None else j
         z = (cand - cand.max()) / p.temperature
         w = np.exp(z, dtype=np.float64)
         cdf = np.cumsum(w)
         r = self.rng.random() * cdf[-1]          # the one draw for this token
         j = min(int(np.searchsorted(cdf, r, side="right")), len(cdf) - 1)
         return int(idx[j]) if idx is not None else j
+
+
+    def _mirostat(self, x):
+        """Mirostat as llama.cpp's chain runs it (temperature, then v1 or v2): keep the
+        likeliest tokens whose surprise stays within ``mu``, draw, and move ``mu`` toward
+        ``tau`` by the draw's surprise. Greedy (temperature <= 0) keeps the top token only."""
+        p = self.params
+        if p.greedy:
+            tok = int(np.argmax(x))
+            self.mu -= p.mirostat_eta * (0.0 - p.mirostat_tau)     # the top token alone: surprise 0
+            return tok
+        z = np.asarray(x, dtype=np.float64) / p.temperature
+        order = np.argsort(-z, kind="stable")
+        probs = np.exp(z[order] - z[order[0]])
+        probs /= probs.sum()
+        if p.mirostat == 1:
+            keep = _mirostat_v1_k(probs, self.mu, len(probs))
+        else:
+            # v2: drop every token from the first whose surprise exceeds mu (at least one stays)
+            over = np.nonzero(-np.log2(probs) > self.mu)[0]
+            keep = max(1, int(over[0]) if over.size else len(probs))
+        kept = probs[:keep] / probs[:keep].sum()
+        cdf = np.cumsum(kept)
+        r = self.rng.random() * cdf[-1]          # the one draw for this token
+        j = min(int(np.searchsorted(cdf, r, side="right")), keep - 1)
+        self.mu -= p.mirostat_eta * (-np.log2(kept[j]) - p.mirostat_tau)
+        return int(order[j])
+
+
+def _mirostat_v1_k(probs, mu, n_vocab, m=100):
+    """Mirostat v1's top-k: the Zipf exponent estimated from the ``m`` likeliest tokens
+    (``probs`` sorted, descending) and the k that makes the expected surprise ``mu``."""
+    n = min(m - 1, len(probs) - 1)
+    i = np.arange(n, dtype=np.float64)
+    t = np.log((i + 2) / (i + 1))
+    b = np.log(np.maximum(probs[:n], 1e-300) / np.maximum(probs[1:n + 1], 1e-300))
+    s_hat = float((t * b).sum() / (t * t).sum()) if n > 0 else 1.0
+    eps = s_hat - 1
+    if abs(eps) < 1e-12 or s_hat <= 0:
+        return len(probs)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        k = ((eps * 2.0 ** mu) / (1 - float(n_vocab) ** (-eps))) ** (1 / s_hat)
+    if not np.isfinite(k):
+        return len(probs)
+    return int(min(max(int(k), 1), len(probs)))
+
+
+def xtc(cand, idx, probability, threshold, rng):
+    """Exclude top choices, as llama.cpp's ``xtc`` stage: with chance ``probability``
+    (one draw, when there are two candidates or more), drop every candidate at least
+    ``threshold`` likely except the least likely of them. Returns the kept logits and
+    their token ids (``idx`` None = the whole vocabulary in order)."""
+    if len(cand) < 2:
+        return cand, idx
+    if rng.random() > probability:
+        return cand, idx
+    order = np.argsort(-cand, kind="stable")
+    z = cand[order].astype(np.float64)
+    probs = np.exp(z - z[0])
+    probs /= probs.sum()
+    last = int(np.count_nonzero(probs >= threshold)) - 1   # sorted: the above-threshold ones lead
+    if last <= 0:
+        return cand, idx
+    order = order[last:]
+    return cand[order], (order if idx is None else idx[order])
 
 
 def typical(cand, idx, p):

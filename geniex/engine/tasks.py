@@ -19,11 +19,11 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from geniex.engine import embedding
+from geniex.engine import embedding, logprobs
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.stats import Stats
-from geniex.errors import GenieXError, Unsupported, UsageError
+from geniex.errors import ContextLengthExceeded, GenieXError, Unsupported, UsageError
 from geniex.llama import api
 
 
@@ -131,6 +131,18 @@ class RerankTask:
 
 
 @dataclass
+class LogitsTask:
+    """One prefill-only pass over ``input_ids`` (GenieX's ``/v1/logits``): the raw logits
+    of the last position (``last_only``) or of every position, as the ``top_n`` largest
+    with their log-probabilities, and each position's log-probability of the next input
+    token (what perplexity needs). No sampling, no answer."""
+
+    input_ids: list
+    last_only: bool = True
+    top_n: int = 20
+
+
+@dataclass
 class ForgetDrafts:
     """Make the drafters forget what they learned from earlier answers (and the KV cache)."""
 
@@ -143,6 +155,18 @@ class Piece:
     text: str
     tokens: list
     timings: dict | None = None
+    logprobs: list | None = None         # a TokenText per token, when the task asked for them
+
+
+@dataclass
+class TokenText:
+    """An answer token's log-probability with the bytes of it and of its ``top``
+    alternatives (``(id, bytes, logprob)``, most likely first): what a response shows."""
+
+    id: int
+    bytes: bytes
+    logprob: float
+    top: list = field(default_factory=list)
 
 
 @dataclass
@@ -256,7 +280,8 @@ def _decode(session, task, tokens, cancel):
         if step.text or step.committed:
             produced += len(step.committed)
             timings = _running(generation.stats, produced, t0) if streaming.timings_per_token else None
-            yield Piece(step.text, step.committed, timings)
+            logprobs = _token_texts(session.vocab, step.logprobs) if step.logprobs is not None else None
+            yield Piece(step.text, step.committed, timings, logprobs)
     yield from reports
     yield Done(generation.stats, options.sampling.logit_bias if options.sampling is not None else ())
 
@@ -276,6 +301,12 @@ def _sampling_for(options, session):
     if sampling.ignore_eos:
         bias += [(t, float("-inf")) for t in sorted(vocab.eog)]
     return dataclasses.replace(options, sampling=dataclasses.replace(sampling, logit_bias=tuple(bias)))
+
+
+def _token_texts(vocab, rows):
+    """The loop's TokenLogprob records with the bytes each token stands for."""
+    piece = vocab.piece
+    return [TokenText(r.token, piece(r.token), r.logprob, [(t, piece(t), lp) for t, lp in r.top]) for r in rows]
 
 
 def _running(stats, produced, t0):
@@ -376,6 +407,40 @@ def _rerank(session, task):
     return {"results": out}
 
 
+def _logits(session, task):
+    ids = _token_ids(session, task.input_ids, "input_ids")
+    ctx, batch = session.ctx, session.batch
+    n = len(ids)
+    if not n:
+        raise UsageError("input_ids: empty", param="input_ids")
+    if n > ctx.n_ctx:
+        raise ContextLengthExceeded(f"input_ids has {n} tokens but the context holds {ctx.n_ctx}; raise --nctx or "
+                                    "send fewer", n_prompt_tokens=n, n_ctx=ctx.n_ctx)
+    session.reset()                 # the pass starts at position 0 on a clean cache
+    rows = []
+    step = min(ctx.n_batch, batch.capacity)
+    try:
+        for start in range(0, n, step):
+            chunk = ids[start:start + step]
+            want_all = not task.last_only
+            if task.last_only and start + len(chunk) < n:
+                ctx.decode(batch.fill(chunk, start))          # only the last chunk's last row is read
+                continue
+            ctx.decode(batch.fill(chunk, start, all_logits=want_all))
+            first = 0 if want_all else len(chunk) - 1
+            for i in range(first, len(chunk)):
+                pos = start + i
+                row = ctx.logits(i)
+                nxt = ids[pos + 1] if pos + 1 < n else None
+                rec = logprobs.read(row, nxt if nxt is not None else 0, task.top_n)
+                rows.append({"index": pos, "token_id": ids[pos],
+                             "next_token_logprob": rec.logprob if nxt is not None else None,
+                             "top": [{"token_id": t, "logit": float(row[t]), "logprob": lp} for t, lp in rec.top]})
+    finally:
+        session.reset()             # nothing of this pass is a conversation to continue
+    return {"n_tokens": n, "n_vocab": session.vocab.n_tokens, "data": rows}
+
+
 # -- shared pieces ----------------------------------------------------------------------
 def _render(session, task):
     """The prompt text of a chat or template task's messages; with ``continue_final`` it
@@ -407,5 +472,5 @@ def _token_ids(session, tokens, field_name):
 
 _HANDLERS = {ChatTask: _chat, CompletionTask: _complete, InfillTask: _infill, TokenizeTask: _tokenize,
              DetokenizeTask: _detokenize, TemplateTask: _template, PropsTask: _props, EmbedTask: _embed,
-             RerankTask: _rerank}
+             RerankTask: _rerank, LogitsTask: _logits}
 _DECODING = (ChatTask, CompletionTask, InfillTask)

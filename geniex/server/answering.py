@@ -71,6 +71,7 @@ class Answer:
         self.stats = None                       # the answer's Stats, once it is done
         self.tokens = []                        # the answer's tokens so far
         self.logit_bias = ()                    # as sampled: ((token, bias), ...)
+        self.logprobs = None                    # [TokenText] so far, when the request asked for them
         self._metrics = metrics
         self._events = events
         try:
@@ -90,6 +91,8 @@ class Answer:
                 yield event
             elif event.text or event.tokens:
                 self.tokens.extend(event.tokens)
+                if self.logprobs is not None and event.logprobs:
+                    self.logprobs.extend(event.logprobs)
                 yield event
             event = next(self._events, None)
 
@@ -357,7 +360,8 @@ class Answerer:
             default_max = nctx if self.defaults.n_predict < 0 else self.defaults.n_predict
         return GenOptions(max_tokens=llama_fields.max_tokens(body, default_max, nctx),
                           stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling,
-                          grammar=grammar_fields.grammar_of(body, self.defaults.grammar_dir))
+                          grammar=grammar_fields.grammar_of(body, self.defaults.grammar_dir),
+                          logprobs=llama_fields.logprobs(body))
 
     def _start(self, lease, task, cancel, model, warnings, field):
         """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
@@ -365,6 +369,8 @@ class Answerer:
         try:
             answer = Answer(lease, lease.run(task, cancel, self.timeout(lease)), model, warnings, self.metrics)
             answer.task = task
+            if task.options.logprobs is not None:
+                answer.logprobs = []
             return answer
         except Cancelled as e:
             log.info("%s: request cancelled (the client went away or the server is stopping) while its "

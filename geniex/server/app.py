@@ -19,7 +19,7 @@ from geniex.server import body, guard, validation
 from geniex.server.answering import Answerer, Defaults
 from geniex.server.cache import ModelCache
 from geniex.server.metrics import Metrics
-from geniex.server.routes import chat, docs, embeddings, messages, models, native, responses, spec
+from geniex.server.routes import chat, docs, embeddings, logits, messages, models, native, responses, spec
 from geniex.server.validation import ApiError, as_api_error
 
 DEFAULT_MAX_BODY = 8 << 20      # bytes; `geniex serve --max-body`
@@ -71,7 +71,7 @@ def create_app(config=None, store=None):
     app.extensions["geniex.answerer"] = Answerer(store, cache, config.defaults, allow_paths=config.allow_paths,
                                                  memory_budget=config.memory_budget, default_model=config.model,
                                                  metrics=Metrics(cache), request_timeout=config.request_timeout)
-    for module in (chat, native, embeddings, responses, messages, models, spec, docs):
+    for module in (chat, native, embeddings, logits, responses, messages, models, spec, docs):
         app.register_blueprint(module.bp)
     # The request schemas are read now: a broken install fails at start, and no request
     # depends on opening files (a flood of connections may have used up descriptors).

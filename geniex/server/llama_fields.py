@@ -12,23 +12,27 @@ import math
 
 from geniex.server.validation import ApiError
 
+MAX_TOP_LOGPROBS = 20      # top_logprobs / completions logprobs (OpenAI's bound)
+MAX_N_PROBS = 100          # llama.cpp's n_probs (unbounded there; each is a JSON object per token)
+
 # Our sampler chain, in the order it runs (geniex.engine.sampling); each name is a
 # sampler of llama.cpp's ``samplers`` list, and the fields that switch it off.
-CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 _OFF = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-        "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0}}
+        "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0},
+        "xtc": {"xtc_probability": 0.0}}
 _ALIASES = {"typical_p": "typ_p"}
 # llama.cpp's samplers that are no-ops at the neutral values we require below.
-NEUTRAL_SAMPLERS = frozenset(("dry", "top_n_sigma", "xtc", "infill", "adaptive_p"))
+NEUTRAL_SAMPLERS = frozenset(("dry", "top_n_sigma", "infill", "adaptive_p"))
 # One-letter forms of a ``samplers`` string (common_sampler_types_from_chars).
 _CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
           "m": "min_p", "x": "xtc", "t": "temperature", "i": "infill", "a": "adaptive_p"}
 
 # field -> test of a value that changes nothing (the field is then accepted).
 NEUTRAL = {
-    "top_n_sigma": lambda v: v <= 0, "xtc_probability": lambda v: v <= 0,
-    "dynatemp_range": lambda v: v <= 0, "dry_multiplier": lambda v: v <= 0, "mirostat": lambda v: v == 0,
-    "n_probs": lambda v: v <= 0, "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
+    "top_n_sigma": lambda v: v <= 0,
+    "dynatemp_range": lambda v: v <= 0, "dry_multiplier": lambda v: v <= 0,
+    "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
     "t_max_prompt_ms": lambda v: v <= 0, "t_max_predict_ms": lambda v: v <= 0,
     "n_indent": lambda v: v <= 0, "adaptive_target": lambda v: v < 0,
 }
@@ -37,13 +41,13 @@ NEUTRAL_EXACT = {"backend_sampling": False, "post_sampling_probs": False, "verbo
                  "response_fields": [], "lora": []}
 # Why a field cannot be honoured where that is not plain: the 400 says so.
 WHY = {
-    "n_probs": "token probabilities are not computed by this server yet",
+    "post_sampling_probs": "token probabilities are reported from the raw logits (as llama.cpp does without "
+                           "post_sampling_probs), not after the sampler chain",
     "t_max_prompt_ms": "time limits are not supported", "t_max_predict_ms": "time limits are not supported",
 }
-# Settings that take effect only with a field above (xtc_threshold, dynatemp_exponent,
-# dry_base, dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, mirostat_tau,
-# mirostat_eta, adaptive_decay) are accepted with any value: at that field's neutral
-# value they change nothing.
+# Settings that take effect only with a field above (dynatemp_exponent, dry_base,
+# dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, adaptive_decay) are
+# accepted with any value: at that field's neutral value they change nothing.
 
 
 def check_unsupported(body):
@@ -72,6 +76,44 @@ def _unsupported(name, value, why=None):
     why = why or WHY.get(name) or "this sampler or setting is not implemented by this server"
     return ApiError(400, f"{name}: {value!r} cannot be honoured: {why}; leave it out or at its neutral value",
                     param=name, code="unsupported_value")
+
+
+def logprobs(body):
+    """How many alternatives per answer token a request asks to see with each token's
+    log-probability; None when it asks for none. Read from OpenAI's chat fields
+    (``logprobs: true`` with ``top_logprobs`` 0-20), OpenAI's completions field
+    (``logprobs``: 0-20) or llama.cpp's ``n_probs`` (1-100; 0 = none)."""
+    n_probs = body.get("n_probs")
+    if n_probs is not None:
+        if not isinstance(n_probs, int) or isinstance(n_probs, bool) or not 0 <= n_probs <= MAX_N_PROBS:
+            raise ApiError(400, f"n_probs: expected an integer from 0 to {MAX_N_PROBS}, got {n_probs!r}",
+                           param="n_probs", code="invalid_value")
+        if n_probs > 0:
+            return n_probs
+    asked, top = body.get("logprobs"), body.get("top_logprobs")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise ApiError(400, f"top_logprobs: expected an integer from 0 to {MAX_TOP_LOGPROBS}, got {top!r}",
+                       param="top_logprobs", code="invalid_value")
+    if asked is None or asked is False:
+        if top:
+            raise ApiError(400, "top_logprobs: requires logprobs to be set to true", param="top_logprobs",
+                           code="invalid_value")
+        return None
+    if asked is True:
+        return top or 0
+    if not isinstance(asked, int) or not 0 <= asked <= MAX_TOP_LOGPROBS:
+        raise ApiError(400, f"logprobs: expected a boolean (chat) or an integer from 0 to {MAX_TOP_LOGPROBS} "
+                       f"(completions), got {asked!r}", param="logprobs", code="invalid_value")
+    return asked
+
+
+def refuse_logprobs(body, route, instead="/v1/chat/completions (logprobs, top_logprobs) or /completion (n_probs)"):
+    """A 400 naming the field when a route whose answer has no place for token
+    log-probabilities is asked for them (rather than computing them and dropping them)."""
+    for name in ("n_probs", "logprobs", "top_logprobs"):
+        if body.get(name):
+            raise ApiError(400, f"{name}: token log-probabilities are not reported on {route}; ask {instead}",
+                           param=name, code="unsupported_value")
 
 
 def max_tokens(body, default, n_ctx):
@@ -107,6 +149,19 @@ def sampling_fields(body):
     seed = body.get("seed")
     if seed in (-1, 0xFFFFFFFF):
         out["seed"] = 0                 # llama.cpp's "random seed"
+    if body.get("xtc_probability") is not None:
+        out["xtc_probability"] = _number(body, "xtc_probability", 0, 1)
+    if body.get("xtc_threshold") is not None:
+        out["xtc_threshold"] = _number(body, "xtc_threshold", 0, 1)
+    if body.get("mirostat") is not None:
+        if body["mirostat"] not in (0, 1, 2) or isinstance(body["mirostat"], bool):
+            raise ApiError(400, f"mirostat: expected 0 (off), 1 or 2, got {body['mirostat']!r}", param="mirostat",
+                           code="invalid_value")
+        out["mirostat"] = int(body["mirostat"])
+    if body.get("mirostat_tau") is not None:
+        out["mirostat_tau"] = _number(body, "mirostat_tau", 0, 100)
+    if body.get("mirostat_eta") is not None:
+        out["mirostat_eta"] = _number(body, "mirostat_eta", 0, 10)
     if body.get("ignore_eos") is not None:
         if not isinstance(body["ignore_eos"], bool):
             raise ApiError(400, "ignore_eos: expected a boolean", param="ignore_eos", code="invalid_value")

@@ -40,6 +40,8 @@ ROUTES = [
      "EmbeddingsRequest", "Embeddings", None),
     ("post", "/embeddings", "Embeddings (llama.cpp's shape)", "EmbeddingsRequest", "Embeddings", None),
     ("post", "/rerank", "Relevance scores from a reranking model", "RerankRequest", "Rerank", None),
+    ("post", "/v1/logits", "Raw logits of one prefill-only pass over input_ids (GenieX)", "LogitsRequest", "Logits",
+     None),
     ("post", "/v1/responses", "OpenAI's Responses API, on the chat path", "ResponsesRequest", "ResponseObject",
      "ResponseObject"),
     ("post", "/v1/messages", "Anthropic's Messages API, on the chat path", "MessagesRequest", "AnthropicMessage",

@@ -1,5 +1,6 @@
 """OpenAI's response shapes (``schemas/responses.json`` documents them), built from
 an answer's text and its :class:`~geniex.engine.stats.Stats`."""
+import math
 import time
 import uuid
 
@@ -60,37 +61,38 @@ class Envelope:
         return body
 
 
-def chat_completion(env, text, stats, warnings=()):
-    """A whole ``chat.completion``."""
+def chat_completion(env, text, stats, warnings=(), logprobs=None):
+    """A whole ``chat.completion`` (``logprobs``: the answer's TokenText records, when asked)."""
     choice = {"index": 0, "message": {"role": "assistant", "content": text},
-              "logprobs": None, "finish_reason": finish_reason(stats.stop_reason)}
+              "logprobs": chat_logprobs(logprobs), "finish_reason": finish_reason(stats.stop_reason)}
     body = env.wrap("chat.completion", [choice], usage=usage(stats), timings=profile.timings(stats))
     if warnings:
         body["warnings"] = list(warnings)
     return body
 
 
-def completion(env, text, stats, warnings=()):
-    """A whole ``text_completion``."""
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(stats.stop_reason)}
+def completion(env, text, stats, warnings=(), logprobs=None):
+    """A whole ``text_completion`` (``logprobs``: the answer's TokenText records, when asked)."""
+    choice = {"index": 0, "text": text, "logprobs": LegacyLogprobs().add(logprobs),
+              "finish_reason": finish_reason(stats.stop_reason)}
     body = env.wrap("text_completion", [choice], usage=usage(stats), timings=profile.timings(stats))
     if warnings:
         body["warnings"] = list(warnings)
     return body
 
 
-def chat_chunk(env, delta, finish=None, include_usage=False, stats=None, warnings=()):
+def chat_chunk(env, delta, finish=None, include_usage=False, stats=None, warnings=(), logprobs=None):
     """One ``chat.completion.chunk``. The finishing one (``stats`` given) carries
     llama.cpp-style ``timings``; ``"usage": null`` is set when usage will follow, as
     OpenAI does."""
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    choice = {"index": 0, "delta": delta, "logprobs": chat_logprobs(logprobs), "finish_reason": finish}
     return env.wrap("chat.completion.chunk", [choice], **_extras(include_usage, stats, warnings))
 
 
-def text_chunk(env, text, finish=None, include_usage=False, stats=None):
+def text_chunk(env, text, finish=None, include_usage=False, stats=None, logprobs=None):
     """One streamed ``text_completion``; the finishing one (``stats`` given) carries
-    ``timings``."""
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    ``timings``; ``logprobs`` is the legacy object of the chunk's tokens."""
+    choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
     return env.wrap("text_completion", [choice], **_extras(include_usage, stats))
 
 
@@ -120,3 +122,64 @@ def _extras(include_usage, stats, warnings=()):
     if warnings:
         extra["warnings"] = list(warnings)
     return extra
+
+
+# -- log-probabilities ------------------------------------------------------------------
+# A log-probability JSON can carry: -inf is not JSON, so it is the lowest float32, as
+# llama.cpp's server writes it.
+LOWEST = -3.4028234663852886e38
+
+
+def _lp(value):
+    return value if math.isfinite(value) else LOWEST
+
+
+def token_text(raw):
+    """A token's bytes as text: an incomplete UTF-8 sequence (a character split across
+    tokens) is left out, as llama.cpp's server does; ``bytes`` has them all."""
+    return raw.decode("utf-8", errors="ignore")
+
+
+def chat_logprobs(entries):
+    """OpenAI's chat ``logprobs`` object of TokenText records (None: not asked)."""
+    if entries is None:
+        return None
+    return {"content": [{"id": e.id, "token": token_text(e.bytes), "logprob": _lp(e.logprob),
+                         "bytes": list(e.bytes),
+                         "top_logprobs": [{"id": t, "token": token_text(b), "logprob": _lp(lp), "bytes": list(b)}
+                                          for t, b, lp in e.top]}
+                        for e in entries]}
+
+
+def native_probs(entries):
+    """llama.cpp's ``completion_probabilities`` of TokenText records."""
+    return [{"id": e.id, "token": token_text(e.bytes), "bytes": list(e.bytes), "logprob": _lp(e.logprob),
+             "top_logprobs": [{"id": t, "token": token_text(b), "bytes": list(b), "logprob": _lp(lp)}
+                              for t, b, lp in e.top]}
+            for e in entries]
+
+
+class LegacyLogprobs:
+    """OpenAI's completions ``logprobs`` object (``tokens``, ``token_logprobs``,
+    ``top_logprobs``, ``text_offset``), built chunk by chunk: ``text_offset`` counts
+    characters of the answer text from its start."""
+
+    def __init__(self):
+        self.offset = 0
+
+    def add(self, entries):
+        """The object of ``entries`` (None: not asked), continuing the offsets."""
+        if entries is None:
+            return None
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for e in entries:
+            text = token_text(e.bytes)
+            out["tokens"].append(text)
+            out["token_logprobs"].append(_lp(e.logprob))
+            top = {}
+            for _, b, lp in e.top:
+                top.setdefault(token_text(b), _lp(lp))   # two tokens of one text: the likelier
+            out["top_logprobs"].append(top)
+            out["text_offset"].append(self.offset)
+            self.offset += len(text)
+        return out

@@ -130,11 +130,12 @@ def _decode(server, route, spec):
     return body["content"][0]["text"], body["timings"]
 
 
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.5, "top_k": 5, "seed": 23}], ids=["greedy", "seeded"])
 @pytest.mark.parametrize("route", ["/completion", "/v1/completions", "/chat/completions", "/infill",
                                    "/v1/responses", "/v1/messages"])
-def test_every_decoding_route_gives_the_same_tokens_with_speculation(server, route):
-    plain, plain_timings = _decode(server, route, {})
-    spec, timings = _decode(server, route, SPEC)
+def test_every_decoding_route_gives_the_same_tokens_with_speculation(server, route, sampling):
+    plain, plain_timings = _decode(server, route, sampling)
+    spec, timings = _decode(server, route, {**SPEC, **sampling})
     assert spec == plain
     assert plain_timings["draft_n"] == 0
     assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0
@@ -203,6 +204,45 @@ def test_metrics_parse_and_count_speculation_per_method(server):
     assert delta("geniex:spec_decode_num_accepted_tokens_total") == t["draft_n_accepted"]
     assert delta("geniex:spec_decode_accepted_length_count") == sum(t["accept_hist"])
     assert after["llamacpp:requests_processing"].value == 0
+
+
+def test_metrics_histogram_per_method_with_two_drafters(server):
+    """Two drafting methods in one request: a sample set per method, whose counters add up
+    to the llama.cpp totals, and an accepted-length histogram whose buckets are cumulative
+    and end at its count (prometheus_client's parser reads all of it)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape():
+        return [s for f in text_string_to_metric_families(server.get("/metrics").text) for s in f.samples]
+
+    def per_method(samples, name):
+        return {s.labels["method"]: s.value for s in samples if s.name == name and "le" not in s.labels}
+
+    def total(samples, name):
+        return next(s.value for s in samples if s.name == name and not s.labels)
+
+    both = {"n_predict": 24, "spec_type": "ngram-mod,draft-simple", "spec_draft_model": DEMO, "spec_n_max": 4,
+            "spec_n_min": 1, "spec_draft_policy": "fixed"}
+    before = scrape()
+    # the n-gram drafts a repeat; a new text has no n-gram to follow, so the draft model drafts
+    t = {"draft_n": 0}
+    for prompt in (REPEAT + "\n" + REPEAT[16:], "Write a short poem about the sea."):
+        t["draft_n"] += ok(server.post("/completion", {"prompt": prompt, **both}))["timings"]["draft_n"]
+    after = scrape()
+    for name in ("spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens"):
+        grown = {m: v - per_method(before, f"geniex:{name}_total").get(m, 0)
+                 for m, v in per_method(after, f"geniex:{name}_total").items()}
+        assert sum(grown.values()) == total(after, f"llamacpp:{name}_total") - total(before, f"llamacpp:{name}_total")
+    assert sum(v - per_method(before, "geniex:spec_decode_num_draft_tokens_total").get(m, 0)
+               for m, v in per_method(after, "geniex:spec_decode_num_draft_tokens_total").items()) == t["draft_n"]
+    methods = set(per_method(after, "geniex:spec_decode_accepted_length_count"))
+    assert methods == {"ngram-mod", "draft-simple"}
+    for method in methods:
+        buckets = sorted((float(s.labels["le"]), s.value) for s in after
+                         if s.name == "geniex:spec_decode_accepted_length_bucket" and s.labels["method"] == method)
+        counts = [v for _, v in buckets]
+        assert counts == sorted(counts) and buckets[-1][0] == float("inf")
+        assert buckets[-1][1] == per_method(after, "geniex:spec_decode_accepted_length_count")[method]
 
 
 # -- /infill --------------------------------------------------------------------------------------
@@ -328,7 +368,8 @@ def test_without_a_default_model_a_name_is_needed_until_one_is_loaded(tmp_path):
 
 # -- llama.cpp's fields -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [
-    ("n_probs", 3), ("mirostat", 2), ("xtc_probability", 0.5), ("dry_multiplier", 0.8),
+    ("post_sampling_probs", True), ("n_probs", 101), ("mirostat", 3), ("xtc_probability", 1.5),
+    ("mirostat_tau", -1), ("dry_multiplier", 0.8),
     ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= nothing"), ("json_schema", {"type": "objectx"}),
     ("t_max_predict_ms", 100), ("n_predict", 0), ("id_slot", 3), ("samplers", ["top_p", "top_k"]),
     ("samplers", ["mystery"]), ("n_cmpl", 2),
@@ -497,6 +538,61 @@ def test_typical_p_samples_the_same_with_speculation(server):
     assert spec["tokens"] == plain["tokens"] and spec["timings"]["draft_n"] > 0
     other = ok(server.post("/completion", {**base, "typical_p": 1.0}))
     assert other["generation_settings"]["typical_p"] == 1.0 and plain["generation_settings"]["typical_p"] == 0.5
+
+
+@pytest.mark.fast
+def test_xtc_drops_the_top_choices_but_the_least_likely_of_them():
+    import numpy as np
+
+    from geniex.engine.sampling import xtc
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float32))
+    always = np.random.Generator(np.random.PCG64(1))
+    kept, ids = xtc(logits, None, 1.0, 0.1, always)
+    assert sorted(ids) == [2, 3]                         # 0.5 and 0.3 go; 0.15 is the last above 0.1
+    kept, ids = xtc(logits, None, 1.0, 0.6, always)      # none above: nothing changes
+    assert ids is None and len(kept) == 4
+    kept, ids = xtc(logits[[1, 3]], np.array([1, 3]), 1.0, 0.1, always)
+    assert sorted(ids) == [3]
+    rng = np.random.Generator(np.random.PCG64(2))
+    draws = [xtc(logits, None, 0.5, 0.1, rng)[1] is None for _ in range(400)]
+    assert 120 < sum(draws) < 280                        # it applies about half the time
+
+
+@pytest.mark.fast
+def test_mirostat_truncates_by_surprise_and_steers_mu():
+    import numpy as np
+
+    from geniex.engine.sampling import Sampler, SamplingParams
+    logits = np.log(np.array([0.6, 0.2, 0.1, 0.05, 0.05], dtype=np.float32))
+    for version in (1, 2):
+        s = Sampler(SamplingParams(temperature=1.0, seed=5, mirostat=version, mirostat_tau=0.1, mirostat_eta=0.1), 5)
+        s.mu = 0.5                                       # only the top token's surprise (0.74 bits) is near it
+        assert s.sample(logits) == 0 and s.mu == pytest.approx(0.5 - 0.1 * (0.0 - 0.1))
+        wide = Sampler(SamplingParams(temperature=1.0, seed=5, mirostat=version, mirostat_tau=8.0), 5)
+        picks = {wide.sample(logits) for _ in range(200)}
+        assert len(picks) >= 3                           # a large mu keeps the tail
+    greedy = Sampler(SamplingParams(mirostat=2), 5)
+    assert greedy.sample(logits) == 0
+
+
+@pytest.mark.parametrize("fields", [
+    {"mirostat": 1, "mirostat_tau": 3.0, "mirostat_eta": 0.2},
+    {"mirostat": 2, "mirostat_tau": 3.0},
+    {"xtc_probability": 0.5, "xtc_threshold": 0.1, "top_k": 20},
+    {"xtc_probability": 1.0, "xtc_threshold": 0.05, "temperature": 0.0},
+], ids=["mirostat1", "mirostat2", "xtc", "xtc-greedy"])
+def test_mirostat_and_xtc_sample_the_same_with_speculation(server, fields):
+    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
+            "return_tokens": True, **fields}
+    plain = ok(server.post("/completion", base))
+    for spec in (SPEC, {"spec_type": "draft-simple", "spec_draft_model": DEMO, "spec_draft_policy": "fixed"}):
+        same = ok(server.post("/completion", {**base, **spec}))
+        assert same["tokens"] == plain["tokens"] and same["timings"]["draft_n"] > 0, spec
+    for name, value in fields.items():
+        assert plain["generation_settings"][name] == value
+    if "xtc_probability" in fields:                      # it did run: without it the answer differs
+        off = ok(server.post("/completion", {**base, "xtc_probability": 0.0}))
+        assert off["tokens"] != plain["tokens"]
 
 
 def test_serve_refuses_a_default_model_it_cannot_find(cli):

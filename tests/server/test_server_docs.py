@@ -64,7 +64,7 @@ def test_openapi_document_follows_the_schema_files(server):
                                  "/v1/models/{model}", "/health", "/v1/spec/reset", "/chat/completions",
                                  "/completion", "/infill", "/tokenize", "/detokenize", "/apply-template",
                                  "/props", "/slots", "/metrics", "/v1/embeddings", "/embeddings", "/rerank",
-                                 "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"}
+                                 "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/logits"}
 
 
 # -- the application factory, in process (no model is loaded by these) -------------------

@@ -29,7 +29,7 @@ def _reply(body, answer, env, events, whole):
         return stream(events(env, answer, include_usage(body)), answer)
     with answer:
         text = answer.text()
-    return jsonify(whole(env, text, answer.stats, answer.warnings))
+    return jsonify(whole(env, text, answer.stats, answer.warnings, answer.logprobs))
 
 
 def _chat_events(env, answer, usage):
@@ -50,7 +50,8 @@ def _chat_events(env, answer, usage):
         if not sent_first:
             yield first
             sent_first = True
-        yield {**shapes.chat_chunk(env, {"content": event.text}, include_usage=usage), **extra}
+        logprobs = event.logprobs if answer.logprobs is not None else None
+        yield {**shapes.chat_chunk(env, {"content": event.text}, include_usage=usage, logprobs=logprobs), **extra}
     if not sent_first:
         yield first
     stats = answer.stats
@@ -71,9 +72,12 @@ def completions():
 
 
 def _completion_events(env, answer, usage):
+    legacy = shapes.LegacyLogprobs()
     for event in answer.events():
-        text = event.text if isinstance(event, tasks.Piece) else ""
-        yield {**shapes.text_chunk(env, text, include_usage=usage), **shapes.extras(event)}
+        piece = isinstance(event, tasks.Piece)
+        logprobs = legacy.add(event.logprobs or []) if piece and answer.logprobs is not None else None
+        yield {**shapes.text_chunk(env, event.text if piece else "", include_usage=usage, logprobs=logprobs),
+               **shapes.extras(event)}
     stats = answer.stats
     yield shapes.text_chunk(env, "", shapes.finish_reason(stats.stop_reason), usage, stats)
     if usage:

@@ -10,7 +10,7 @@ Tool use is not parsed out of answers here: ``tools`` or ``tool_use`` /
 from flask import Blueprint, jsonify
 
 from geniex.engine import tasks
-from geniex.server import shapes, sse
+from geniex.server import llama_fields, shapes, sse
 from geniex.server.answering import chat_messages
 from geniex.server.exchange import answerer, cancel, chat_of, read_body, stream
 from geniex.server.validation import ApiError, validate
@@ -41,6 +41,7 @@ def chat_body(body):
     if body.get("tools"):
         raise ApiError(400, "tools: this server does not parse tool use out of answers on /v1/messages",
                        param="tools", code="unsupported_value")
+    llama_fields.refuse_logprobs(body, "/v1/messages")
     messages = []
     if body.get("system"):
         messages.append({"role": "system", "content": _text(body["system"], "system")})

@@ -87,15 +87,18 @@ def _native_events(body, answer):
         if isinstance(event, tasks.Piece):
             n += len(event.tokens)
             chunk.update(content=event.text, tokens=list(event.tokens) if return_tokens else [], tokens_predicted=n)
+            if answer.logprobs is not None:
+                chunk["completion_probabilities"] = shapes.native_probs(event.logprobs or [])
         else:
             chunk["tokens_evaluated"] = event.total
         chunk.update(shapes.extras(event))
         yield chunk
-    yield _final(body, answer, "")
+    yield _final(body, answer, "", streamed=True)
 
 
-def _final(body, answer, text):
-    """The last (or only) object of a native answer."""
+def _final(body, answer, text, streamed=False):
+    """The last (or only) object of a native answer (a streamed answer's probabilities
+    came with its chunks)."""
     stats = answer.stats
     task = answer.task
     sampling = dataclasses.asdict(task.options.sampling) if task.options.sampling is not None else {}
@@ -117,6 +120,9 @@ def _final(body, answer, text):
         "tokens_cached": stats.prompt_tokens + stats.decode_tokens,
         "timings": profile.timings(stats),
     }
+    if answer.logprobs is not None and not streamed:
+        out["completion_probabilities"] = shapes.native_probs(answer.logprobs)
+    out["generation_settings"]["n_probs"] = task.options.logprobs or 0
     if answer.warnings:
         out["warnings"] = list(answer.warnings)
     return out

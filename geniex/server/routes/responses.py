@@ -10,7 +10,7 @@ import time
 from flask import Blueprint, jsonify
 
 from geniex.engine import tasks
-from geniex.server import shapes, sse
+from geniex.server import llama_fields, shapes, sse
 from geniex.server.exchange import chat_of, read_body, stream
 from geniex.server.validation import ApiError
 
@@ -45,6 +45,11 @@ def chat_body(body):
     if body.get("previous_response_id"):
         raise ApiError(400, "previous_response_id: this server keeps no responses; send the whole conversation "
                        "in input", param="previous_response_id", code="unsupported_value")
+    if "message.output_text.logprobs" in (body.get("include") or []):
+        raise ApiError(400, "include: message.output_text.logprobs: token log-probabilities are not reported on "
+                       "/v1/responses; ask /v1/chat/completions (logprobs, top_logprobs)", param="include",
+                       code="unsupported_value")
+    llama_fields.refuse_logprobs(body, "/v1/responses")
     if body.get("tools"):
         raise ApiError(400, "tools: this server does not parse tool calls out of answers on /v1/responses",
                        param="tools", code="unsupported_value")
