@@ -47,3 +47,8 @@ def test_bad_grammars_are_usage_errors_naming_the_flag(cli, flags, words):
 def test_one_constraint_flag_at_a_time(cli):
     proc = cli("infer", "-p", "hi", "--grammar-string", 'root ::= "a"', "--json-schema", "{}")
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr, proc.stderr
+
+
+def test_serve_grammar_dir_must_be_a_folder(cli, tmp_path):
+    proc = cli("serve", "--host", "127.0.0.1:0", "--grammar-dir", tmp_path / "missing")
+    assert proc.returncode == 2 and "--grammar-dir" in proc.stderr and "not a folder" in proc.stderr, proc.stderr

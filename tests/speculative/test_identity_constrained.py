@@ -45,7 +45,8 @@ def inventory_prompt(session, n_tokens):
 
 
 def answer(session, tokens, sampling, speculative=True, forced=True, grammar=GRAMMAR, max_tokens=ANSWER):
-    session.reset()
+    # The KV cache keeps the prompt from the session's last answer (the same bits a new
+    # prefill would write): only the answer is decoded again.
     gen = session.generate(tokens, GenOptions(max_tokens=max_tokens, sampling=sampling, grammar=grammar,
                                               forced_drafts=forced), speculative=speculative)
     steps = list(gen)
