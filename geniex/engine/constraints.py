@@ -41,9 +41,9 @@ from geniex.errors import UsageError, shown
 
 KINDS = ("gbnf", "json_schema", "json_object", "lark", "regex")
 
-# Vocabulary pointer -> LLTokenizer: building one reads every token (~1 s on a 150k
-# vocabulary), so a model builds it once.
-_tokenizers = {}
+# Building llguidance's tokenizer reads every token (~0.5 s on a 50k vocabulary), so a
+# model builds it once: it is kept on the Vocab object (not keyed by the C pointer, which
+# a model loaded after this one is freed may reuse).
 _lock = threading.Lock()
 
 _ATTR_CONTROL, _ATTR_USER_DEFINED = 1 << 3, 1 << 4      # llama.h enum llama_token_attr
@@ -136,7 +136,7 @@ def tokenizer(vocab):
     end-of-generation token as an end token, and the library's ``llama_tokenize`` for
     the grammar's own tokenizing (forced tokens)."""
     with _lock:
-        found = _tokenizers.get(vocab.ptr)
+        found = getattr(vocab, "_llg_tokenizer", None)
         if found is not None:
             return found
         lib = vocab._lib
@@ -153,7 +153,7 @@ def tokenizer(vocab):
         fptr = ctypes.cast(lib.llama_tokenize, ctypes.c_void_p).value
         found = _llg().LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=vocab.ptr, tokenize_fptr=fptr,
                                                  eos_token=eos, slices=None)
-        _tokenizers[vocab.ptr] = found
+        vocab._llg_tokenizer = found
         return found
 
 

@@ -16,6 +16,9 @@ that the next bytes could extend, and are the fallback.
 from geniex.speculative.drafters.base import NO_DRAFTER, Draft, Drafter
 
 METHOD = "forced"
+# The draft policy's confidence class of a forced run (its prior: nearly always accepted;
+# it then learns the real rate per method and grade).
+GRADE = 4
 
 
 class ForcedDrafter(Drafter):
@@ -36,8 +39,9 @@ class ForcedDrafter(Drafter):
             more = self.inner.propose(history[:n_past + 1] + forced, n_past + len(forced), rest)
             self.inner.tentative(n_past + 1)
             if more.tokens:
-                return Draft(forced + list(more.tokens), method=f"{METHOD}+{more.method or self.inner.name}")
-        return Draft(forced, method=METHOD)
+                return Draft(forced + list(more.tokens), method=f"{METHOD}+{more.method or self.inner.name}",
+                             grade=more.grade)
+        return Draft(forced, method=METHOD, grade=GRADE)
 
     def forced(self, room):
         """The tokens the grammar forces after the pending token, at most ``room``."""
