@@ -5,7 +5,7 @@ sample each verify row exactly as plain decoding samples each step: same logits,
 penalty history, same position in the random stream. That is what makes seeded
 speculative output identical to plain seeded output.
 
-Order (as llama.cpp's default chain): logit bias, penalties, top-k, typical, top-p,
+Order (as llama.cpp's default chain): logit bias, penalties, DRY, top-k, typical, top-p,
 min-p, XTC, temperature, draw.
 ``temperature <= 0`` is greedy (argmax after penalties) and draws nothing (XTC, when on,
 still draws its chance).
@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from geniex.engine.dry import Dry
 
 
 @dataclass
@@ -44,10 +46,20 @@ class SamplingParams:
     mirostat: int = 0           # 1 or 2: Mirostat (v1, v2) instead of the chain
     mirostat_tau: float = 5.0   # target surprise (bits)
     mirostat_eta: float = 0.1   # learning rate of mu
+    dry_multiplier: float = 0.0   # DRY repetition penalty (geniex.engine.dry); 0 = off
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1  # tokens DRY looks back over; -1 = the context (the caller sets it)
+    dry_sequence_breakers: tuple = ("\n", ":", "\"", "*")   # single characters (llama.cpp's defaults)
+    dry_breakers: frozenset = frozenset()   # the token ids whose text holds one (the engine sets them)
 
     @property
     def greedy(self):
         return self.temperature <= 0
+
+    @property
+    def dry(self):
+        return self.dry_multiplier > 0 and self.dry_base >= 1 and self.dry_penalty_last_n > 0
 
     @property
     def xtc(self):
@@ -69,6 +81,7 @@ class Sampler:
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.n_vocab = n_vocab
         self._window = []
+        self._dry = None
         self._counts = np.zeros(n_vocab, dtype=np.int32) if params.penalized else None
         self._bias = None
         if params.logit_bias:
@@ -79,9 +92,14 @@ class Sampler:
             for t in list(history)[-params.penalty_last_n:]:
                 self.accept(t)
         self.mu = 2 * params.mirostat_tau       # Mirostat's running surprise bound
+        if params.dry:
+            self._dry = Dry(params.dry_multiplier, params.dry_base, params.dry_allowed_length,
+                            params.dry_penalty_last_n, params.dry_breakers, history)
 
     def accept(self, token):
-        """Record a committed token (only the penalties need it)."""
+        """Record a committed token (the penalties and DRY need it)."""
+        if self._dry is not None:
+            self._dry.accept(token)
         if self._counts is None:
             return
         self._window.append(token)
@@ -108,6 +126,8 @@ class Sampler:
         if p.mirostat:
             return self._mirostat(x)
         x = self._penalize(x) if self._counts is not None else x
+        if self._dry is not None:
+            x = self._dry.apply(np.array(x, dtype=np.float32))
         if p.greedy and not p.xtc:
             return int(np.argmax(x))
         # Candidate set: top-k (or all), sorted by logit only when top-p needs the order.

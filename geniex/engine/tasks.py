@@ -291,6 +291,10 @@ def _sampling_for(options, session):
     each of its tokens, as llama.cpp) and ``ignore_eos`` as a -inf bias on the
     end-of-generation tokens (as llama.cpp)."""
     sampling = options.sampling
+    if sampling is not None and sampling.dry:
+        sampling = dataclasses.replace(sampling, dry_breakers=_breaker_tokens(session.vocab,
+                                                                              sampling.dry_sequence_breakers))
+        options = dataclasses.replace(options, sampling=sampling)
     if sampling is None or not (sampling.logit_bias or sampling.ignore_eos):
         return options
     vocab = session.vocab
@@ -307,6 +311,16 @@ def _token_texts(vocab, rows):
     """The loop's TokenLogprob records with the bytes each token stands for."""
     piece = vocab.piece
     return [TokenText(r.token, piece(r.token), r.logprob, [(t, piece(t), lp) for t, lp in r.top]) for r in rows]
+
+
+def _breaker_tokens(vocab, breakers):
+    """DRY's sequence-breaker tokens: those whose text holds one of the (one-character)
+    ``breakers``, as llama.cpp finds them."""
+    if not breakers:
+        return frozenset()
+    marks = [b.encode("utf-8") for b in breakers]
+    piece = vocab.piece
+    return frozenset(t for t in range(vocab.n_tokens) if any(m in piece(t) for m in marks))
 
 
 def _running(stats, produced, t0):

@@ -356,6 +356,8 @@ class Answerer:
         nctx = _get(body, "nctx", self.defaults.nctx)
         if sampling.penalty_last_n == -1:
             sampling.penalty_last_n = nctx
+        if sampling.dry_penalty_last_n == -1:
+            sampling.dry_penalty_last_n = nctx
         if self.defaults.n_predict is not None:
             default_max = nctx if self.defaults.n_predict < 0 else self.defaults.n_predict
         return GenOptions(max_tokens=llama_fields.max_tokens(body, default_max, nctx),

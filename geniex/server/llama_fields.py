@@ -17,13 +17,13 @@ MAX_N_PROBS = 100          # llama.cpp's n_probs (unbounded there; each is a JSO
 
 # Our sampler chain, in the order it runs (geniex.engine.sampling); each name is a
 # sampler of llama.cpp's ``samplers`` list, and the fields that switch it off.
-CHAIN = ("penalties", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+CHAIN = ("penalties", "dry", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 _OFF = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
         "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0},
-        "xtc": {"xtc_probability": 0.0}}
+        "xtc": {"xtc_probability": 0.0}, "dry": {"dry_multiplier": 0.0}}
 _ALIASES = {"typical_p": "typ_p"}
 # llama.cpp's samplers that are no-ops at the neutral values we require below.
-NEUTRAL_SAMPLERS = frozenset(("dry", "top_n_sigma", "infill", "adaptive_p"))
+NEUTRAL_SAMPLERS = frozenset(("top_n_sigma", "infill", "adaptive_p"))
 # One-letter forms of a ``samplers`` string (common_sampler_types_from_chars).
 _CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
           "m": "min_p", "x": "xtc", "t": "temperature", "i": "infill", "a": "adaptive_p"}
@@ -31,7 +31,7 @@ _CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "
 # field -> test of a value that changes nothing (the field is then accepted).
 NEUTRAL = {
     "top_n_sigma": lambda v: v <= 0,
-    "dynatemp_range": lambda v: v <= 0, "dry_multiplier": lambda v: v <= 0,
+    "dynatemp_range": lambda v: v <= 0,
     "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
     "t_max_prompt_ms": lambda v: v <= 0, "t_max_predict_ms": lambda v: v <= 0,
     "n_indent": lambda v: v <= 0, "adaptive_target": lambda v: v < 0,
@@ -45,9 +45,8 @@ WHY = {
                            "post_sampling_probs), not after the sampler chain",
     "t_max_prompt_ms": "time limits are not supported", "t_max_predict_ms": "time limits are not supported",
 }
-# Settings that take effect only with a field above (dynatemp_exponent, dry_base,
-# dry_allowed_length, dry_penalty_last_n, dry_sequence_breakers, adaptive_decay) are
-# accepted with any value: at that field's neutral value they change nothing.
+# Settings that take effect only with a field above (dynatemp_exponent, adaptive_decay)
+# are accepted with any value: at that field's neutral value they change nothing.
 
 
 def check_unsupported(body):
@@ -162,10 +161,40 @@ def sampling_fields(body):
         out["mirostat_tau"] = _number(body, "mirostat_tau", 0, 100)
     if body.get("mirostat_eta") is not None:
         out["mirostat_eta"] = _number(body, "mirostat_eta", 0, 10)
+    out.update(_dry_fields(body))
     if body.get("ignore_eos") is not None:
         if not isinstance(body["ignore_eos"], bool):
             raise ApiError(400, "ignore_eos: expected a boolean", param="ignore_eos", code="invalid_value")
         out["ignore_eos"] = body["ignore_eos"]
+    return out
+
+
+def _dry_fields(body):
+    """llama.cpp's ``dry_*`` fields (DRY, geniex.engine.dry)."""
+    out = {}
+    if body.get("dry_multiplier") is not None:
+        out["dry_multiplier"] = _number(body, "dry_multiplier", 0, 1000)
+    if body.get("dry_base") is not None:
+        out["dry_base"] = _number(body, "dry_base", 0, 100)
+    for name, low in (("dry_allowed_length", 0), ("dry_penalty_last_n", -1)):
+        n = body.get(name)
+        if n is not None:
+            if not isinstance(n, int) or isinstance(n, bool) or not low <= n <= 1 << 20:
+                raise ApiError(400, f"{name}: expected an integer from {low} to {1 << 20}, got {n!r}", param=name,
+                               code="invalid_value")
+            out[name] = n
+    breakers = body.get("dry_sequence_breakers")
+    if breakers is not None:
+        if not isinstance(breakers, list) or len(breakers) > 64 or not all(isinstance(b, str) for b in breakers):
+            raise ApiError(400, "dry_sequence_breakers: expected a list of at most 64 strings",
+                           param="dry_sequence_breakers", code="invalid_value")
+        long = [b for b in breakers if len(b) != 1]
+        if long:
+            raise ApiError(400, f"dry_sequence_breakers: {long[0]!r}: this server takes one-character breakers "
+                           "only (a token holding the character breaks a repeat); a longer breaker, matched "
+                           "across tokens by llama.cpp, cannot be honoured", param="dry_sequence_breakers",
+                           code="unsupported_value")
+        out["dry_sequence_breakers"] = tuple(breakers)
     return out
 
 

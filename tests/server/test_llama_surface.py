@@ -369,7 +369,7 @@ def test_without_a_default_model_a_name_is_needed_until_one_is_loaded(tmp_path):
 # -- llama.cpp's fields -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [
     ("post_sampling_probs", True), ("n_probs", 101), ("mirostat", 3), ("xtc_probability", 1.5),
-    ("mirostat_tau", -1), ("dry_multiplier", 0.8),
+    ("mirostat_tau", -1), ("dry_sequence_breakers", ["\n", "###"]), ("dry_allowed_length", -1),
     ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= nothing"), ("json_schema", {"type": "objectx"}),
     ("t_max_predict_ms", 100), ("n_predict", 0), ("id_slot", 3), ("samplers", ["top_p", "top_k"]),
     ("samplers", ["mystery"]), ("n_cmpl", 2),
@@ -559,6 +559,26 @@ def test_xtc_drops_the_top_choices_but_the_least_likely_of_them():
 
 
 @pytest.mark.fast
+def test_dry_penalises_the_token_that_would_continue_a_repeat():
+    import numpy as np
+
+    from geniex.engine.dry import Dry
+    row = lambda d, n: d.apply(np.zeros(n, dtype=np.float32))
+    assert list(row(Dry(1.0, 2.0, 2, 100, frozenset(), [1, 2, 3, 1, 2]), 5)) == [0, 0, 0, -1, 0]   # "1 2" -> 3
+    assert list(row(Dry(1.0, 2.0, 2, 100, frozenset(), [1, 2, 3, 4, 1, 2, 3]), 6)) == [0, 0, 0, 0, -2, 0]
+    # a breaker one token back bounds every repeat below the allowed length: nothing is penalised
+    assert not row(Dry(1.0, 2.0, 2, 100, frozenset([2]), [1, 2, 3, 4, 1, 2, 3]), 6).any()
+    # the window: the earlier occurrence lies outside the last 4 tokens
+    assert not row(Dry(1.0, 2.0, 2, 4, frozenset(), [1, 2, 3, 9, 1, 2]), 10).any()
+    # a breaker token is never penalised itself
+    assert not row(Dry(1.0, 2.0, 2, 100, frozenset([3]), [1, 2, 3, 1, 2]), 5).any()
+    d = Dry(1.0, 2.0, 2, 100, frozenset(), [1, 2, 3, 1])
+    assert not row(d, 5).any()
+    d.accept(2)                                          # history moves with accepted tokens
+    assert row(d, 5)[3] == -1
+
+
+@pytest.mark.fast
 def test_mirostat_truncates_by_surprise_and_steers_mu():
     import numpy as np
 
@@ -580,8 +600,10 @@ def test_mirostat_truncates_by_surprise_and_steers_mu():
     {"mirostat": 2, "mirostat_tau": 3.0},
     {"xtc_probability": 0.5, "xtc_threshold": 0.1, "top_k": 20},
     {"xtc_probability": 1.0, "xtc_threshold": 0.05, "temperature": 0.0},
-], ids=["mirostat1", "mirostat2", "xtc", "xtc-greedy"])
-def test_mirostat_and_xtc_sample_the_same_with_speculation(server, fields):
+    {"dry_multiplier": 0.8},
+    {"dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 1, "temperature": 0.0},
+], ids=["mirostat1", "mirostat2", "xtc", "xtc-greedy", "dry", "dry-greedy"])
+def test_mirostat_xtc_and_dry_sample_the_same_with_speculation(server, fields):
     base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
             "return_tokens": True, **fields}
     plain = ok(server.post("/completion", base))
@@ -590,9 +612,10 @@ def test_mirostat_and_xtc_sample_the_same_with_speculation(server, fields):
         assert same["tokens"] == plain["tokens"] and same["timings"]["draft_n"] > 0, spec
     for name, value in fields.items():
         assert plain["generation_settings"][name] == value
-    if "xtc_probability" in fields:                      # it did run: without it the answer differs
-        off = ok(server.post("/completion", {**base, "xtc_probability": 0.0}))
-        assert off["tokens"] != plain["tokens"]
+    for switch in ("xtc_probability", "dry_multiplier"):
+        if switch in fields:                             # it did run: without it the answer differs
+            off = ok(server.post("/completion", {**base, switch: 0.0}))
+            assert off["tokens"] != plain["tokens"]
 
 
 def test_serve_refuses_a_default_model_it_cannot_find(cli):

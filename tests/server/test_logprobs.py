@@ -160,6 +160,19 @@ def test_native_n_probs(server):
     assert "completion_probabilities" not in ok(server.post("/completion", {**body, "n_probs": 0}))
 
 
+def test_values_are_the_raw_logits_not_the_biased_ones(server):
+    """A logit bias that makes the second likeliest token win changes the answer, not the
+    reported log-probabilities: they are the raw logits' (llama.cpp's n_probs without
+    post_sampling_probs)."""
+    body = {"model": DEMO, "prompt": "The capital of France is", "n_predict": 1, "n_probs": 2}
+    plain = ok(server.post("/completion", body))["completion_probabilities"][0]
+    first, second = plain["top_logprobs"]
+    biased = ok(server.post("/completion", {**body, "logit_bias": [[second["id"], 50]]}))["completion_probabilities"][0]
+    assert biased["id"] == second["id"]
+    assert biased["logprob"] == pytest.approx(second["logprob"], abs=1e-6) and biased["logprob"] < first["logprob"]
+    assert [t["id"] for t in biased["top_logprobs"]] == [first["id"], second["id"]]
+
+
 @pytest.mark.parametrize("route, body, param", [
     ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs"),

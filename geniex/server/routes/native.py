@@ -103,6 +103,7 @@ def _final(body, answer, text, streamed=False):
     task = answer.task
     sampling = dataclasses.asdict(task.options.sampling) if task.options.sampling is not None else {}
     sampling.pop("logit_bias", None)
+    sampling.pop("dry_breakers", None)
     out = {
         "index": 0, "content": text,
         "tokens": list(answer.tokens) if body.get("return_tokens") is True else [],
