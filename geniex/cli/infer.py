@@ -6,8 +6,7 @@ from geniex import config, profile
 from geniex.cli import console
 from geniex.cli.options import add_chat_verb, gen_options, load_options
 from geniex.errors import Cancelled, GenieXError, UsageError
-from geniex.speculative.options import FALLBACK
-from geniex.speculative.options import parse_types
+from geniex.speculative.options import FALLBACK, parse_types
 
 log = logging.getLogger("geniex.cli")
 

@@ -6,7 +6,7 @@ attention splits the keys of a one-row decode across threads once the KV window 
 512 cells, so on 2+ threads a one-row decode sums attention in another order than any
 row of a multi-row batch. A quantized (q8_0...) or bf16 cache takes the same path for
 both, which is what makes one-row decodes on every core bitwise equal to verify rows (see
-the "Exact on every core" section of the library reference). An f32 cache is no escape:
+the "Identical output" section of docs/speculative.md). An f32 cache is no escape:
 under flash attention llama.cpp casts it to F16 before attention (same logits as f16).
 """
 from geniex.errors import GenieXError, UsageError
