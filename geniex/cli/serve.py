@@ -22,6 +22,9 @@ def register(sub):
     p.add_argument("--n-predict", type=int, default=None,
                    help="answer length for requests that set none (-1 = until the context is full; default: "
                         "2048 for chat and /completion, 16 for /v1/completions)")
+    p.add_argument("--reasoning-format", default="auto", choices=("none", "deepseek", "deepseek-legacy", "auto"),
+                   help="default reasoning_format of chat answers: where <think> thoughts go (default auto: "
+                        "reasoning_content, as llama.cpp's server)")
     p.add_argument("--metrics", action="store_true", help="serve GET /metrics (Prometheus text; default off)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="answer GET /slots with 501")
     p.add_argument("--keepalive", type=float, default=None,
@@ -95,7 +98,8 @@ def run(args):
     config = ServerConfig(data_dir=args.data_dir, keepalive=_keepalive(args.keepalive),
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
-                                            cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict),
+                                            cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict,
+                                            reasoning_format=args.reasoning_format),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
                           allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),

@@ -55,6 +55,11 @@ class ChatTemplate:
                              "llama.cpp does not recognise its family; using chatml")
             log.warning("%s", self.note)
 
+    @property
+    def renders_tools(self):
+        """True when the model's own template shows a request's ``tools`` in the prompt."""
+        return self._jinja is not None and self._jinja.tools
+
     def render(self, messages, add_assistant=True, tools=None, extra=None):
         """The prompt text for ``messages``, ending where the assistant's answer starts
         (``add_assistant``). ``tools`` (OpenAI tool definitions) and ``extra`` (more

@@ -19,7 +19,8 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from geniex.engine import embedding
+from geniex.engine import embedding, toolcalls
+from geniex.engine.toolcalls import tools as _tools  # noqa: F401 - toolcalls.tools, used by _render
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.stats import Stats
@@ -34,6 +35,7 @@ class Streaming:
     speculative: bool = True             # draft with the session's drafters (if any)
     progress: bool = False               # Progress events while the prompt is decoded
     timings_per_token: bool = False      # running timings on every Piece
+    stream: bool = False                 # the answer is streamed (deepseek-legacy reasoning differs)
 
 
 @dataclass
@@ -50,6 +52,9 @@ class ChatTask:
     continue_final: bool = False
     add_generation_prompt: bool = True   # end the prompt where the assistant's answer starts
     streaming: Streaming = field(default_factory=Streaming)
+    tool_choice: str = "auto"            # "auto": calls parsed out of the answer; "none": tools left out
+    parallel_tool_calls: bool = True     # False: the first call only
+    reasoning_format: str = "none"       # none | deepseek | deepseek-legacy | auto (toolcalls.reasoning)
 
 
 @dataclass
@@ -104,6 +109,7 @@ class TemplateTask:
     template_kwargs: dict | None = None
     continue_final: bool = False
     add_generation_prompt: bool = True
+    tool_choice: str = "auto"
 
 
 @dataclass
@@ -138,11 +144,15 @@ class ForgetDrafts:
 @dataclass
 class Piece:
     """Text released by one step of the loop, and the answer tokens it committed;
-    ``timings`` (llama.cpp's names, so far) when the task asked for them per token."""
+    ``timings`` (llama.cpp's names, so far) when the task asked for them per token.
+    A chat answer's ``text`` is its content only: ``reasoning`` is the reasoning text
+    it released and ``calls`` the tool calls read whole (OpenAI ``tool_calls`` items)."""
 
     text: str
     tokens: list
     timings: dict | None = None
+    reasoning: str = ""
+    calls: list = field(default_factory=list)
 
 
 @dataclass
@@ -194,7 +204,31 @@ def run(session, task, cancel=None):
 def _chat(session, task, cancel):
     prompt = _render(session, task)
     tokens = session.tokenize_prompt(prompt)
-    yield from _decode(session, task, tokens, cancel)
+    parser = _parser(session, task, prompt)
+    for event in _decode(session, task, tokens, cancel):
+        if isinstance(event, Piece):
+            delta = parser.feed(event.text)
+            yield Piece(delta.content, event.tokens, event.timings, delta.reasoning,
+                        [c.openai() for c in delta.calls])
+        elif isinstance(event, Done):
+            delta = parser.finish()
+            if delta:
+                yield Piece(delta.content, [], None, delta.reasoning, [c.openai() for c in delta.calls])
+            yield event
+        else:
+            yield event
+
+
+def _parser(session, task, prompt):
+    """The answer's parser: tool calls in the template's family when the task has tools
+    (and tool_choice is not "none"), reasoning split as ``reasoning_format`` says."""
+    source = template_for(session.model).source
+    family = toolcalls.family_of(source) if task.tools and task.tool_choice != "none" else None
+    if family is not None and not template_for(session.model).renders_tools:
+        family = toolcalls.FAMILIES["generic"]()     # the tools were described in the generic format
+    markers = toolcalls.markers_for(source)
+    return toolcalls.ChatParser(family, task.reasoning_format, markers, toolcalls.forced_open(prompt, markers),
+                                streaming=task.streaming.stream, parallel=task.parallel_tool_calls)
 
 
 def _complete(session, task, cancel):
@@ -382,10 +416,14 @@ def _render(session, task):
     ends with the last (assistant) message's text, so the answer continues it."""
     template = template_for(session.model)
     messages = task.messages
+    # tool_choice "none": the model is not shown the tools (so it does not call them).
+    tools = task.tools if task.tool_choice != "none" else None
+    if tools and not template.renders_tools:
+        messages = toolcalls.tools.with_tools_described(messages, tools)
     if not task.continue_final:
-        return template.render(messages, add_assistant=task.add_generation_prompt, tools=task.tools,
+        return template.render(messages, add_assistant=task.add_generation_prompt, tools=tools,
                                extra=task.template_kwargs)
-    text = template.render(messages, add_assistant=False, tools=task.tools, extra=task.template_kwargs)
+    text = template.render(messages, add_assistant=False, tools=tools, extra=task.template_kwargs)
     last = messages[-1].get("content") or ""
     cut = text.rfind(last) if last else -1
     if cut < 0:

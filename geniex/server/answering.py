@@ -19,6 +19,7 @@ from geniex.engine import limits, tasks
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions
+from geniex.engine.toolcalls import tools as agent
 from geniex.errors import Cancelled, ContextLengthExceeded, GenieXError, ModelNotFound, UsageError
 from geniex.llama.devices import chosen_names
 from geniex.speculative import options as spec_options
@@ -47,6 +48,7 @@ class Defaults:
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
+    reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
 
 
 def _get(body, field, default):
@@ -70,6 +72,8 @@ class Answer:
         self.warnings = warnings
         self.stats = None                       # the answer's Stats, once it is done
         self.tokens = []                        # the answer's tokens so far
+        self.reasoning = []                     # reasoning text pieces so far (chat answers)
+        self.calls = []                         # tool calls so far (OpenAI tool_calls items)
         self.logit_bias = ()                    # as sampled: ((token, bias), ...)
         self._metrics = metrics
         self._events = events
@@ -88,8 +92,11 @@ class Answer:
                 self.logit_bias = event.logit_bias
             elif isinstance(event, tasks.Progress):
                 yield event
-            elif event.text or event.tokens:
+            elif event.text or event.tokens or getattr(event, "reasoning", "") or getattr(event, "calls", None):
                 self.tokens.extend(event.tokens)
+                if getattr(event, "reasoning", ""):
+                    self.reasoning.append(event.reasoning)
+                self.calls.extend(getattr(event, "calls", None) or ())
                 yield event
             event = next(self._events, None)
 
@@ -158,13 +165,32 @@ class Answerer:
             return None
         messages, dropped = chat_messages(body["messages"], target, bool(spec.types))
         continue_final, add_prompt = continuation(body, messages)
+        agent = self.agent_fields(body)
         task = tasks.ChatTask(messages, self._gen_options(body, CHAT_MAX_TOKENS),
-                              tools=body.get("tools"), template_kwargs=body.get("chat_template_kwargs"),
                               keep_cache=keep_cache or body.get("cache_prompt") is True,
                               continue_final=continue_final, add_generation_prompt=add_prompt,
-                              streaming=_streaming(body, True))
+                              streaming=_streaming(body, True), **agent)
         return self._start(self._lease(body, target, spec, cancel), task, cancel, target.name,
                            warnings + dropped, "messages")
+
+    def agent_fields(self, body):
+        """The ChatTask fields of a request's tools, tool_choice, parallel_tool_calls,
+        reasoning_format, enable_think and chat_template_kwargs, checked (a 400 naming
+        the field) before any model is touched."""
+        try:
+            tools = agent.check_tools(body.get("tools"))
+            choice = agent.check_tool_choice(body.get("tool_choice"), tools)
+            fmt = body.get("reasoning_format")
+            fmt = agent.check_reasoning_format(self.defaults.reasoning_format if fmt is None else fmt)
+            kwargs = agent.template_kwargs(body.get("chat_template_kwargs"), body.get("enable_think"))
+        except UsageError as e:
+            raise ApiError(400, str(e), param=e.param, code="invalid_value") from None
+        parallel = body.get("parallel_tool_calls")
+        if parallel is not None and not isinstance(parallel, bool):
+            raise ApiError(400, "parallel_tool_calls: expected a boolean", param="parallel_tool_calls",
+                           code="invalid_value")
+        return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel is not False,
+                "reasoning_format": fmt, "template_kwargs": kwargs}
 
     def complete(self, body, keep_cache, cancel, default_max=COMPLETION_MAX_TOKENS):
         """A raw prompt, no template (``/v1/completions``, ``/completion``): text or token
@@ -395,7 +421,8 @@ def _request_error(e, field):
 def _streaming(body, speculative):
     """What a decoding task reports besides its text, from llama.cpp's stream fields."""
     stream = bool(body.get("stream"))
-    return tasks.Streaming(speculative=speculative, progress=stream and body.get("return_progress") is True,
+    return tasks.Streaming(speculative=speculative, stream=stream,
+                           progress=stream and body.get("return_progress") is True,
                            timings_per_token=body.get("timings_per_token") is True)
 
 
@@ -443,7 +470,8 @@ def continuation(body, messages):
 
 def chat_messages(messages, target, speculative):
     """Request messages -> messages for the template (text ``content``; ``name``,
-    ``tool_calls`` and ``tool_call_id`` kept, as llama.cpp's server keeps them), and
+    ``tool_calls``, ``tool_call_id`` and an assistant's ``reasoning_content`` kept, as
+    llama.cpp's server keeps them), and
     warnings about content that was dropped (we only run the text path)."""
     out, dropped = [], 0
     for m in messages:
@@ -455,7 +483,7 @@ def chat_messages(messages, target, speculative):
         role = "system" if m["role"] == "developer" else m["role"]
         # A missing or null content is an empty string, as llama.cpp's server gives it.
         msg = {"role": role, "content": content or ""}
-        for key in ("name", "tool_calls", "tool_call_id"):
+        for key in ("name", "tool_calls", "tool_call_id", "reasoning_content"):
             if m.get(key) is not None:
                 msg[key] = m[key]
         out.append(msg)

@@ -24,7 +24,8 @@ def chat_completions():
         return stream(_chat_events(env, answer, include_usage(body)), answer)
     with answer:
         text = answer.text()
-    return jsonify(shapes.chat_completion(env, text, answer.stats, answer.warnings))
+    return jsonify(shapes.chat_completion(env, text, answer.stats, answer.warnings, "".join(answer.reasoning),
+                                          answer.calls))
 
 
 def _chat_events(env, answer, usage):
@@ -32,6 +33,7 @@ def _chat_events(env, answer, usage):
     first = shapes.chat_chunk(env, {"role": "assistant", "content": None}, include_usage=usage,
                               warnings=answer.warnings)
     sent_first = False
+    n_calls = 0
     for event in answer.events():
         extra = shapes.extras(event)
         if isinstance(event, tasks.Progress):
@@ -45,11 +47,21 @@ def _chat_events(env, answer, usage):
         if not sent_first:
             yield first
             sent_first = True
-        yield {**shapes.chat_chunk(env, {"content": event.text}, include_usage=usage), **extra}
+        if event.reasoning:
+            yield {**shapes.chat_chunk(env, {"reasoning_content": event.reasoning}, include_usage=usage), **extra}
+            extra = {}
+        # Steps whose text is held back (a possible call's opening, part of a character)
+        # send nothing, unless they carry llama.cpp's per-token timings.
+        if event.text or (extra and not event.reasoning and not event.calls):
+            yield {**shapes.chat_chunk(env, {"content": event.text}, include_usage=usage), **extra}
+        for call in event.calls:
+            for delta in shapes.call_deltas(n_calls, call):
+                yield shapes.chat_chunk(env, delta, include_usage=usage)
+            n_calls += 1
     if not sent_first:
         yield first
     stats = answer.stats
-    yield shapes.chat_chunk(env, {}, shapes.finish_reason(stats.stop_reason), usage, stats)
+    yield shapes.chat_chunk(env, {}, shapes.finish_reason(stats.stop_reason, n_calls > 0), usage, stats)
     if usage:
         yield shapes.usage_chunk(env, "chat.completion.chunk", stats)
 

@@ -49,8 +49,9 @@ def chat_body(body):
     out = {k: v for k, v in body.items() if k not in ("system", "messages", "max_tokens", "stop_sequences",
                                                        "stream", "metadata", "thinking", "tool_choice",
                                                        "service_tier")}
+    # The answer's text as the model wrote it: thinking blocks are not split out here.
     out.update(messages=messages, max_completion_tokens=body["max_tokens"], stop=body.get("stop_sequences"),
-               stream=bool(body.get("stream")))
+               stream=bool(body.get("stream")), reasoning_format="none")
     return out
 
 

@@ -49,6 +49,7 @@ def chat_body(body):
         raise ApiError(400, "tools: this server does not parse tool calls out of answers on /v1/responses",
                        param="tools", code="unsupported_value")
     out["messages"] = messages
+    out["reasoning_format"] = "none"    # the answer's text as the model wrote it
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     out["stream"] = bool(body.get("stream"))
