@@ -101,6 +101,8 @@ def request_fields(args, model_id):
         fields["compute"] = args.compute
     if opts.stop:
         fields["stop"] = list(opts.stop)
+    if getattr(args, "think", None) is not None:
+        fields["enable_think"] = args.think
     spec = spec_options.from_args(args)
     spec.draft_model = _as_server_name(spec.draft_model) if spec.draft_model else ""
     fields.update(spec_options.to_request(spec))

@@ -48,6 +48,10 @@ def register(sub):
                      help="require `Authorization: Bearer KEY` on /v1 requests (env GENIEX_API_KEY; default: none)")
     sec.add_argument("--allow-paths", action="store_true",
                      help="let requests load GGUF files by path (default: stored models only)")
+    sec.add_argument("--https", action="store_true",
+                     help="serve HTTPS (TLS) with --certfile and --keyfile instead of plain HTTP")
+    sec.add_argument("--certfile", metavar="PATH", help="the server's certificate chain (PEM), with --https")
+    sec.add_argument("--keyfile", metavar="PATH", help="the certificate's private key (PEM), with --https")
     sec.add_argument("--max-body", default="8M",
                      help="largest request body, e.g. 512K, 8M (default 8M; larger gets 413)")
     sec.add_argument("--max-queue", type=int, default=8,
@@ -91,6 +95,13 @@ def run(args):
         raise UsageError(f"--request-timeout must be a number of seconds >= 0 (got {args.request_timeout:g})")
     if not 0 <= args.max_queue <= 256:
         raise UsageError(f"--max-queue must be between 0 and 256 (got {args.max_queue})")
+    tls = None
+    if args.https:
+        if not args.certfile or not args.keyfile:
+            raise UsageError("--https needs --certfile and --keyfile (PEM files)")
+        tls = (args.certfile, args.keyfile)
+    elif args.certfile or args.keyfile:
+        raise UsageError("--certfile and --keyfile take effect with --https only; add --https")
     # Load the llama.cpp library now: without one, say what to get before listening,
     # rather than answering every request with the same error.
     from geniex.llama import library
@@ -107,7 +118,7 @@ def run(args):
                           memory_budget=parse_size(args.memory_budget) if args.memory_budget else None,
                           model=_default_model(args.model, args.data_dir),
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
-    return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port)
+    return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
 
 
 def _default_model(name, data_dir):

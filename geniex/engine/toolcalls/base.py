@@ -133,7 +133,7 @@ class Family:
         if best is None and self.anchored and at_start:
             stripped = text.lstrip()
             if stripped.startswith("{") or stripped.startswith("```"):
-                best = len(text) - len(stripped)
+                best = 0                # the call's scan skips the whitespace before it
         return best
 
     def hold(self, text, at_start):

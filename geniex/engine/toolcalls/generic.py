@@ -33,7 +33,7 @@ class Generic(Family):
         if fenced:
             rest = text[end:].lstrip()
             if not rest.startswith(FENCE):
-                if final or rest:
+                if final or not FENCE.startswith(rest):
                     raise ParseError("the code fence is not closed")
                 return None
             end = len(text) - len(rest) + len(FENCE)
