@@ -4,12 +4,14 @@
     session = gx.load("demo", spec_type="ngram-mod")
     for step in gx.steps(session, "Repeat: the quick brown fox", max_tokens=32):
         print(step.n_past, step.drafted, step.target, step.accepted, step.committed)
+    print(gx.generate(session, "Name a colour", json_schema={"type": "object"}))
 
 Each :class:`~geniex.engine.loop.Step` is one target decode of the accept loop; a
 breakpoint inside the ``for`` stops between steps with the loop's state in hand.
 """
 from geniex import config
 from geniex.engine.chat import Conversation
+from geniex.engine.constraints import Grammar, GrammarError
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, open_session
@@ -40,10 +42,34 @@ def chat(session, system_prompt=None):
     return Conversation(session, system_prompt)
 
 
-def steps(session, prompt, *, max_tokens=256, stop=(), temperature=0.0, seed=0, **sampling):
-    """Answer one chat turn, yielding each loop Step; the last has ``.stop`` set."""
+def constraint(grammar=None, json_schema=None, kind="gbnf"):
+    """A :class:`~geniex.engine.constraints.Grammar` from ``grammar`` (text of ``kind``:
+    gbnf, lark or regex; or a Grammar already made) or ``json_schema`` (a dict or JSON
+    text; ``{}`` = any JSON object), or None. GrammarError on a bad grammar."""
+    if grammar is not None and json_schema is not None:
+        raise GrammarError("give grammar or json_schema, not both")
+    if isinstance(grammar, Grammar):
+        return grammar
+    if grammar is not None:
+        return Grammar.parse(kind, grammar, param="grammar")
+    if json_schema is not None:
+        return Grammar.parse("json_schema" if json_schema not in ({}, "{}") else "json_object", json_schema,
+                             param="json_schema")
+    return None
+
+
+def steps(session, prompt, *, max_tokens=256, stop=(), temperature=0.0, seed=0, grammar=None, json_schema=None,
+          grammar_kind="gbnf", **sampling):
+    """Answer one chat turn, yielding each loop Step; the last has ``.stop`` set.
+    ``grammar`` / ``json_schema`` constrain the answer (see :func:`constraint`)."""
     conv = Conversation(session)
     opts = GenOptions(max_tokens=max_tokens, stop=tuple(stop),
-                      sampling=SamplingParams(temperature=temperature, seed=seed, **sampling))
+                      sampling=SamplingParams(temperature=temperature, seed=seed, **sampling),
+                      grammar=constraint(grammar, json_schema, grammar_kind))
     gen = conv.ask(prompt, opts)
     yield from gen
+
+
+def generate(session, prompt, **options):
+    """Answer one chat turn and return its text (the options of :func:`steps`)."""
+    return "".join(step.text for step in steps(session, prompt, **options))

@@ -85,6 +85,12 @@ def add_model_flags(p):
     s.add_argument("--presence-penalty", type=float, default=0.0)
     s.add_argument("--frequency-penalty", type=float, default=0.0)
     s.add_argument("--seed", type=_nonneg(int, "--seed"), default=0, help="0 = random")
+    c = s.add_mutually_exclusive_group()
+    c.add_argument("--grammar-string", metavar="GBNF", default=None,
+                   help="constrain the answer to a GBNF grammar (docs/structured-output.md)")
+    c.add_argument("--grammar-path", metavar="FILE", default=None, help="constrain the answer to the GBNF grammar in FILE")
+    c.add_argument("--json-schema", metavar="SCHEMA", default=None,
+                   help="constrain the answer to a JSON schema: the schema itself, or @FILE; {} = any JSON object")
     spec_options_table.add_flags(p.add_argument_group("speculative decoding"))
     return p
 
@@ -106,13 +112,14 @@ def load_options(args, draft_path=None):
 
 
 def gen_options(args):
-    """GenOptions (length, stop strings, sampling) from parsed flags."""
+    """GenOptions (length, stop strings, sampling, grammar) from parsed flags."""
     if any(not s for s in args.stop):
         raise UsageError("--stop needs a non-empty string")
     stops = list(args.stop)
     for path in getattr(args, "stop_file", None) or ():
         stops += read_stop_file(path)
-    return GenOptions(max_tokens=args.max_tokens, stop=tuple(stops), sampling=sampling_params(args))
+    return GenOptions(max_tokens=args.max_tokens, stop=tuple(stops), sampling=sampling_params(args),
+                      grammar=grammar(args))
 
 
 def read_stop_file(path):
@@ -135,3 +142,33 @@ def template_kwargs(args):
     """The chat template variables the flags set (``--think``: ``enable_thinking``)."""
     think = getattr(args, "think", None)
     return None if think is None else {"enable_thinking": think}
+
+
+def grammar_source(args):
+    """``(kind, text, flag)`` of the constraint the flags ask for, or None: the text of
+    ``--grammar-path`` and of ``--json-schema @FILE`` read here (UsageError if unreadable)."""
+    if getattr(args, "grammar_string", None) is not None:
+        return "gbnf", args.grammar_string, "--grammar-string"
+    if getattr(args, "grammar_path", None) is not None:
+        return "gbnf", _read(args.grammar_path, "--grammar-path"), "--grammar-path"
+    schema = getattr(args, "json_schema", None)
+    if schema is not None:
+        if schema.startswith("@"):
+            schema = _read(schema[1:], "--json-schema")
+        return "json_schema", schema, "--json-schema"
+    return None
+
+
+def grammar(args):
+    """The compiled Grammar the flags ask for, or None (GrammarError naming the flag)."""
+    from geniex.engine.constraints import Grammar
+    source = grammar_source(args)
+    return Grammar.parse(*source[:2], param=source[2]) if source else None
+
+
+def _read(path, flag):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{flag} {path}: {getattr(e, 'strerror', None) or e}") from None

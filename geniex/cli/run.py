@@ -6,13 +6,14 @@ and ``spec_*`` fields, answered ``null``), then each turn is streamed with
 ``GenieX-KeepCache: true`` so the server decodes only the new tokens, and the profile
 is rebuilt from the answer's ``usage`` (:func:`geniex.profile.from_usage`).
 """
+import json
 import os
 import sys
 from urllib.parse import quote
 
 from geniex import profile
 from geniex.cli import console
-from geniex.cli.options import add_chat_flags, add_model_flags, gen_options
+from geniex.cli.options import add_chat_flags, add_model_flags, gen_options, grammar_source
 from geniex.errors import GenieXError, UsageError
 from geniex.server import DEFAULT_HOST
 from geniex.speculative import options as spec_options
@@ -106,6 +107,12 @@ def request_fields(args, model_id):
     spec = spec_options.from_args(args)
     spec.draft_model = _as_server_name(spec.draft_model) if spec.draft_model else ""
     fields.update(spec_options.to_request(spec))
+    source = grammar_source(args)
+    if source is not None:
+        # The grammar's text travels in the request: a file named here is on this machine,
+        # not in the server's grammar folder.
+        kind, text, _ = source
+        fields["grammar_string" if kind == "gbnf" else "json_schema"] = text if kind == "gbnf" else json.loads(text)
     return fields
 
 

@@ -52,6 +52,9 @@ def register(sub):
                      help="serve HTTPS (TLS) with --certfile and --keyfile instead of plain HTTP")
     sec.add_argument("--certfile", metavar="PATH", help="the server's certificate chain (PEM), with --https")
     sec.add_argument("--keyfile", metavar="PATH", help="the certificate's private key (PEM), with --https")
+    sec.add_argument("--grammar-dir", metavar="DIR", default=None,
+                     help="the folder whose GBNF files requests may name in grammar_path (default: none; "
+                          "grammar_path is then refused)")
     sec.add_argument("--max-body", default="8M",
                      help="largest request body, e.g. 512K, 8M (default 8M; larger gets 413)")
     sec.add_argument("--max-queue", type=int, default=8,
@@ -110,7 +113,8 @@ def run(args):
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
                                             cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict,
-                                            reasoning_format=args.reasoning_format),
+                                            reasoning_format=args.reasoning_format,
+                                            grammar_dir=_grammar_dir(args.grammar_dir)),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
                           allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),
@@ -119,6 +123,16 @@ def run(args):
                           model=_default_model(args.model, args.data_dir),
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
+
+
+def _grammar_dir(value):
+    """``--grammar-dir`` checked before listening: an existing folder, as an absolute path."""
+    if value is None:
+        return None
+    path = os.path.abspath(os.path.expanduser(value))
+    if not os.path.isdir(path):
+        raise UsageError(f"--grammar-dir {value}: not a folder")
+    return path
 
 
 def _default_model(name, data_dir):

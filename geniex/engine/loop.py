@@ -19,10 +19,11 @@ comes, trace each step, or step through the loop in a debugger.
 import time
 from dataclasses import dataclass, field
 
+from geniex.engine.forced import ForcedDrafter
 from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
-from geniex.errors import ContextLengthExceeded
+from geniex.errors import ContextLengthExceeded, GenieXError
 from geniex.llama.kv import prefill
 from geniex.speculative.drafters.base import EMPTY, NO_DRAFTER
 from geniex.speculative.policy import FixedPolicy
@@ -37,6 +38,9 @@ class GenOptions:
     max_tokens: int = 2048
     stop: tuple = ()
     sampling: object = None          # SamplingParams
+    grammar: object = None           # a constraints.Grammar the answer must match (None: free text)
+    forced_drafts: bool = True       # with a grammar, draft what it forces (geniex.engine.forced)
+    forced_max: int | None = None    # the longest forced run (None: the verify batch; recurrent targets: less)
 
 
 @dataclass
@@ -59,19 +63,32 @@ class Step:
     extra: dict = field(default_factory=dict)
 
 
-def verify(ctx, batch, sampler, pending, n_past, drafts, eog):
+def verify(ctx, batch, sampler, pending, n_past, drafts, eog, constraint=None):
     """Decode ``[pending, *drafts]`` from position ``n_past`` with logits on every row and
     sample the rows in order while the target agrees with the draft.
 
     Returns ``(sampled, accepted)``: the accepted drafts followed by the target's own
     token (a row that disagrees, or the row after the last draft), and how many drafts
     matched. An end token ends the sampling even where it matches its draft.
+
+    With a ``constraint`` (:class:`~geniex.engine.constraints.Constraint`), row i is
+    sampled under the grammar state after the tokens before it (the accepted drafts, as
+    plain decoding would have consumed them) and each sampled token is consumed; a
+    complete grammar ends the answer with an end token, drawing nothing.
     """
     ctx.decode(batch.fill([pending, *drafts], n_past, all_logits=True))
     sampled = []
     for i in range(len(drafts) + 1):
-        tok = sampler.sample(ctx.logits(i))
+        if constraint is None:
+            tok = sampler.sample(ctx.logits(i))
+        elif constraint.is_stopped():
+            tok = constraint.end_token
+        else:
+            tok = sampler.sample(constraint.mask(ctx.logits(i)))
         sampler.accept(tok)
+        if constraint is not None and not constraint.consume(tok):
+            raise GenieXError("the grammar allows no token the sampler may pick here (a logit_bias "
+                              "banning every allowed token?)")
         sampled.append(tok)
         if i == len(drafts) or tok != drafts[i] or tok in eog:
             break
@@ -84,6 +101,7 @@ class Answer:
 
     def __init__(self, opts, vocab, n_vocab, history):
         self.sampler = Sampler(opts.sampling, n_vocab, history)
+        self.constraint = opts.grammar.constraint(vocab) if opts.grammar is not None else None
         self.stream = TextStream(opts.stop)
         self.max_tokens = opts.max_tokens
         self.eog, self.piece = vocab.eog, vocab.piece
@@ -127,6 +145,8 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
     n_past = len(history) - 1
     drafter.begin(history, n_past, row)
     answer = Answer(opts, vocab, ctx.n_vocab, history)
+    if answer.constraint is not None and opts.forced_drafts:
+        drafter = ForcedDrafter(answer.constraint, vocab, drafter, opts.forced_max)
     rows = min(ctx.n_batch, batch.capacity)     # a verify batch never exceeds the context's batch
     index = 0
     t_decode = time.perf_counter()
@@ -146,10 +166,17 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             # policy's choice.
             drafts = draft.tokens[:policy.take(method, _offered(draft.tokens, room, answer.eog), draft.grade,
                                                draft.probs)]
+            if drafts and answer.constraint is not None:
+                # A draft token the grammar forbids can never be sampled: cut it (and what
+                # follows it) before the verify rather than reject it there.
+                drafts = drafts[:answer.constraint.allowed_prefix(drafts)]
             t1 = time.perf_counter()
             pending = history[n_past]
-            sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog)
+            sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog,
+                                       answer.constraint)
             used, committed, text = answer.commit(sampled)
+            if answer.constraint is not None and used < len(sampled):
+                answer.constraint.rollback(len(sampled) - used)     # sampled past a stop string
             history.extend(sampled[:used])
             n_past += used
             if used <= len(drafts):

@@ -6,6 +6,7 @@ must be wired to a fresh target context), and answers prompts through the one lo
 :mod:`geniex.engine.loop`. It remembers which tokens are in the KV cache so that a
 follow-up prompt decodes only what is new.
 """
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,12 @@ class Session:
         """Start answering; returns a :class:`Generation` to iterate. ``progress(total,
         cached, processed)`` hears how far the prompt's decoding got."""
         drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
+        if opts.grammar is not None:
+            # Forced-token drafts ride on speculation: off for a plain answer, and as long
+            # as a recurrent target can roll back (none without speculation).
+            forced = speculative and (not self.model.recurrent or self.n_rs_seq > 0)
+            opts = dataclasses.replace(opts, forced_drafts=opts.forced_drafts and forced,
+                                       forced_max=self.n_rs_seq if self.model.recurrent else None)
         return Generation(self, prompt_tokens, opts, drafter, cancel, progress)
 
     def embeddings_context(self):

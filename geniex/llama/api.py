@@ -197,6 +197,8 @@ FUNCTIONS = {
     "llama_vocab_get_add_bos": (c_bool, [c_void_p]),
     "llama_vocab_get_add_eos": (c_bool, [c_void_p]),
     "llama_vocab_get_text": (c_char_p, [c_void_p, llama_token]),
+    # enum llama_token_attr bits (CONTROL 1<<3, USER_DEFINED 1<<4): the grammar backend marks control tokens
+    "llama_vocab_get_attr": (c_int, [c_void_p, llama_token]),
     # fill-in-the-middle tokens (-1 = the vocabulary has none)
     "llama_vocab_fim_pre": (llama_token, [c_void_p]),
     "llama_vocab_fim_suf": (llama_token, [c_void_p]),

@@ -24,7 +24,7 @@ from geniex.errors import Cancelled, ContextLengthExceeded, GenieXError, ModelNo
 from geniex.llama.devices import chosen_names
 from geniex.speculative import options as spec_options
 from geniex.speculative.options import SpecOptions
-from geniex.server import llama_fields
+from geniex.server import grammar_fields, llama_fields
 from geniex.server.cache import CacheKey
 from geniex.server.validation import ApiError
 from geniex.server.worker import WorkerSession
@@ -49,6 +49,7 @@ class Defaults:
     cache_type_v: str = "q8_0"
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
     reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
+    grammar_dir: str | None = None   # the folder grammar_path names files in (None: grammar_path refused)
 
 
 def _get(body, field, default):
@@ -386,7 +387,8 @@ class Answerer:
         if self.defaults.n_predict is not None:
             default_max = nctx if self.defaults.n_predict < 0 else self.defaults.n_predict
         return GenOptions(max_tokens=llama_fields.max_tokens(body, default_max, nctx),
-                          stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling)
+                          stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling,
+                          grammar=grammar_fields.grammar_of(body, self.defaults.grammar_dir))
 
     def _start(self, lease, task, cancel, model, warnings, field):
         """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the

@@ -34,12 +34,10 @@ NEUTRAL = {
 }
 # field -> a value that changes nothing (booleans, strings, lists).
 NEUTRAL_EXACT = {"backend_sampling": False, "post_sampling_probs": False, "verbose": False,
-                 "response_fields": [], "lora": [], "grammar": "", "json_schema": {}}
+                 "response_fields": [], "lora": []}
 # Why a field cannot be honoured where that is not plain: the 400 says so.
 WHY = {
     "n_probs": "token probabilities are not computed by this server yet",
-    "grammar": "constrained decoding is not available on this route yet",
-    "json_schema": "constrained decoding is not available on this route yet",
     "t_max_prompt_ms": "time limits are not supported", "t_max_predict_ms": "time limits are not supported",
 }
 # Fields read by name only (their settings take effect only with the field above).

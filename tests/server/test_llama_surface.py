@@ -329,7 +329,7 @@ def test_without_a_default_model_a_name_is_needed_until_one_is_loaded(tmp_path):
 # -- llama.cpp's fields -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [
     ("n_probs", 3), ("mirostat", 2), ("xtc_probability", 0.5), ("dry_multiplier", 0.8),
-    ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= \"a\""), ("json_schema", {"type": "object"}),
+    ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= nothing"), ("json_schema", {"type": "objectx"}),
     ("t_max_predict_ms", 100), ("n_predict", 0), ("id_slot", 3), ("samplers", ["top_p", "top_k"]),
     ("samplers", ["mystery"]), ("n_cmpl", 2),
 ])

@@ -48,7 +48,14 @@ def chat_body(body):
         messages.append({"role": m["role"], "content": _text(m.get("content"), f"messages[{i}].content")})
     out = {k: v for k, v in body.items() if k not in ("system", "messages", "max_tokens", "stop_sequences",
                                                        "stream", "metadata", "thinking", "tool_choice",
-                                                       "service_tier")}
+                                                       "service_tier", "output_format")}
+    fmt = body.get("output_format")
+    if fmt is not None:
+        # Anthropic's structured outputs: {"type": "json_schema", "schema": {...}}.
+        if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+            raise ApiError(400, "output_format: expected {\"type\": \"json_schema\", \"schema\": {...}}",
+                           param="output_format", code="invalid_value")
+        out["response_format"] = {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
     # The answer's text as the model wrote it: thinking blocks are not split out here.
     out.update(messages=messages, max_completion_tokens=body["max_tokens"], stop=body.get("stop_sequences"),
                stream=bool(body.get("stream")), reasoning_format="none")

@@ -49,11 +49,44 @@ def chat_body(body):
         raise ApiError(400, "tools: this server does not parse tool calls out of answers on /v1/responses",
                        param="tools", code="unsupported_value")
     out["messages"] = messages
+    fmt = text_format(body)
+    if fmt is not None:
+        out["response_format"] = fmt
     out["reasoning_format"] = "none"    # the answer's text as the model wrote it
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     out["stream"] = bool(body.get("stream"))
     return out
+
+
+def text_format(body):
+    """``text.format`` as the chat request's ``response_format`` (None: free text); the
+    Responses API puts a json_schema format's name, schema and strict beside its type."""
+    text = body.get("text")
+    if text is None:
+        return None
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise ApiError(400, "text.format.schema: a json_schema format needs a schema object",
+                           param="text.format.schema", code="invalid_value")
+        spec = {k: fmt[k] for k in ("name", "schema", "strict") if k in fmt}
+        return {"type": "json_schema", "json_schema": spec}
+    raise ApiError(400, f"text.format.type: expected text, json_object or json_schema, got {kind!r}",
+                   param="text.format.type", code="invalid_value")
+
+
+def _echo_format(body):
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    return fmt if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema") else {"type": "text"}
 
 
 def _usage(stats):
@@ -84,7 +117,7 @@ class _Response:
                "instructions": self.body.get("instructions"), "max_output_tokens": self.body.get("max_output_tokens"),
                "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
                "temperature": self.body.get("temperature"), "top_p": self.body.get("top_p"),
-               "text": {"format": {"type": "text"}}, "metadata": {},
+               "text": {"format": _echo_format(self.body)}, "metadata": {},
                "usage": _usage(stats) if stats is not None else None}
         if stats is not None:
             obj["timings"] = shapes.profile.timings(stats)

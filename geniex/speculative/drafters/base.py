@@ -42,6 +42,9 @@ class Drafter:
 
     name = ""
     n_max = 0        # the most tokens this drafter proposes in one step
+    # Whether ``propose`` may be given a history that runs past the committed one (tokens
+    # drafted before it, e.g. a grammar's forced run) without learning from them.
+    continues = False
 
     def limit(self, room):
         """How many tokens this step may draft: the loop's room within our maximum."""
@@ -56,6 +59,10 @@ class Drafter:
 
     def observe(self, history, n_past, target_row, drafted, accepted):
         """The target verified: ``drafted`` tokens were checked, ``accepted`` kept."""
+
+    def tentative(self, committed):
+        """The history of the last :meth:`propose` was committed up to ``committed`` only
+        (a ``continues`` drafter was asked to draft after a forced run)."""
 
     def forget(self):
         """Drop what the drafter learned from earlier answers (n-gram memory)."""
@@ -74,6 +81,7 @@ class DrafterChain(Drafter):
         self.drafters = list(drafters)
         self.name = ",".join(d.name for d in self.drafters)
         self.n_max = max(d.n_max for d in self.drafters)
+        self.continues = all(d.continues for d in self.drafters)
 
     def begin(self, history, n_past, target_row):
         for d in self.drafters:
@@ -91,6 +99,10 @@ class DrafterChain(Drafter):
     def observe(self, history, n_past, target_row, drafted, accepted):
         for d in self.drafters:
             d.observe(history, n_past, target_row, drafted, accepted)
+
+    def tentative(self, committed):
+        for d in self.drafters:
+            d.tentative(committed)
 
     def forget(self):
         for d in self.drafters:

@@ -15,6 +15,7 @@ class DraftSimple(ModelDrafter):
     """
 
     name = "draft-simple"
+    continues = True      # start() syncs the draft cache to whatever history it is given
 
     def __init__(self, target, model, n_max, n_min, p_min):
         super().__init__(n_max, n_min, p_min)
@@ -37,6 +38,9 @@ class DraftSimple(ModelDrafter):
         self.kv = history[:n_past + 1]
         self.trusted = n_past + 1
         return True
+
+    def tentative(self, committed):
+        self.trusted = min(self.trusted, committed)     # the forced run may yet be rejected
 
     def score(self):
         x = self.ctx.logits(self.row)

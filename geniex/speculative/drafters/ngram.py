@@ -248,6 +248,8 @@ def _grade(context):
 class NgramSimple(_Indexed):
     """Most recent earlier occurrence of the current n-gram -> the tokens after it."""
 
+    continues = True      # propose() only reads its tables
+
     def clear(self):
         self.last = {}        # n-gram -> corpus position after its latest occurrence
 
@@ -262,6 +264,8 @@ class NgramSimple(_Indexed):
 
 class NgramMapK(_Indexed):
     """Key n-gram -> (continuation m-gram, hits); drafts after ``min_hits`` repeats."""
+
+    continues = True      # propose() only reads its tables
 
     min_hits = 2   # occurrences of the key before it is trusted (ngram-simple trusts one)
 
@@ -283,6 +287,8 @@ class NgramMapK(_Indexed):
 
 class NgramMapK4V(_Indexed):
     """Key n-gram -> up to four continuation m-grams with counts."""
+
+    continues = True      # propose() only reads its tables
 
     def clear(self):
         self.values = {}      # key -> {mgram: count}
@@ -319,6 +325,8 @@ class NgramMapK4V(_Indexed):
 
 class NgramCache(_Indexed):
     """Next-token counts after 1..n-token contexts (the dynamic n-gram cache)."""
+
+    continues = True      # propose() only reads its tables
 
     def clear(self):
         self.counts = [dict() for _ in range(self.n + 1)]   # counts[k][context] = Counter
