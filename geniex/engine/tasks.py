@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from geniex.engine import embedding, toolcalls
+from geniex.engine.toolcalls import grammar as _grammar  # noqa: F401 - toolcalls.grammar, used by _chat
 from geniex.engine.toolcalls import tools as _tools  # noqa: F401 - toolcalls.tools, used by _render
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
@@ -52,7 +53,9 @@ class ChatTask:
     continue_final: bool = False
     add_generation_prompt: bool = True   # end the prompt where the assistant's answer starts
     streaming: Streaming = field(default_factory=Streaming)
-    tool_choice: str = "auto"            # "auto": calls parsed out of the answer; "none": tools left out
+    # "auto": calls parsed out of the answer; "none": tools left out; "required" or
+    # {"type": "function", "function": {"name": ...}}: the answer is constrained to calls
+    tool_choice: str | dict = "auto"
     parallel_tool_calls: bool = True     # False: the first call only
     reasoning_format: str = "none"       # none | deepseek | deepseek-legacy | auto (toolcalls.reasoning)
 
@@ -205,6 +208,8 @@ def _chat(session, task, cancel):
     prompt = _render(session, task)
     tokens = session.tokenize_prompt(prompt)
     parser = _parser(session, task, prompt)
+    if task.tools and (task.tool_choice == "required" or isinstance(task.tool_choice, dict)):
+        task = _calls_enforced(task, parser.family)
     for event in _decode(session, task, tokens, cancel):
         if isinstance(event, Piece):
             delta = parser.feed(event.text)
@@ -217,6 +222,17 @@ def _chat(session, task, cancel):
             yield event
         else:
             yield event
+
+
+def _calls_enforced(task, family):
+    """``task`` with its answer constrained to calls in ``family``'s format (tool_choice
+    required or named: :mod:`geniex.engine.toolcalls.grammar`)."""
+    if task.options.grammar is not None:
+        raise UsageError("tool_choice: a required or named tool choice constrains the answer to calls, so it "
+                         "cannot be combined with response_format or a grammar", param="tool_choice")
+    name = task.tool_choice["function"]["name"] if isinstance(task.tool_choice, dict) else None
+    grammar = toolcalls.grammar.call_grammar(family.name, task.tools, name, task.parallel_tool_calls)
+    return dataclasses.replace(task, options=dataclasses.replace(task.options, grammar=grammar))
 
 
 def _parser(session, task, prompt):

@@ -186,6 +186,10 @@ class Answerer:
             kwargs = agent.template_kwargs(body.get("chat_template_kwargs"), body.get("enable_think"))
         except UsageError as e:
             raise ApiError(400, str(e), param=e.param, code="invalid_value") from None
+        if tools and choice not in ("auto", "none") and _constrained(body):
+            raise ApiError(400, "tool_choice: a required or named tool choice constrains the answer to calls, so "
+                           "it cannot be combined with response_format or a grammar", param="tool_choice",
+                           code="invalid_value")
         parallel = body.get("parallel_tool_calls")
         if parallel is not None and not isinstance(parallel, bool):
             raise ApiError(400, "parallel_tool_calls: expected a boolean", param="parallel_tool_calls",
@@ -404,6 +408,18 @@ class Answerer:
                            code="request_cancelled") from None
         except (ContextLengthExceeded, UsageError) as e:
             raise _request_error(e, field) from None
+
+
+def _constrained(body):
+    """Whether a request constrains its answer with a grammar field (text is no constraint)."""
+    for name in grammar_fields.FIELDS:
+        value = body.get(name)
+        if value in (None, "", {}):
+            continue
+        if name == "response_format" and isinstance(value, dict) and value.get("type") == "text":
+            continue
+        return True
+    return False
 
 
 LOAD_FIELDS = ("nctx", "ngl", "compute", "cache_type_k", "cache_type_v")

@@ -159,11 +159,15 @@ def test_families_are_detected_from_the_templates():
 
 
 def test_request_fields_are_checked():
+    tools = [{"type": "function", "function": {"name": "x"}}]
     assert agent.check_tool_choice(None, None) == "auto"
     assert agent.check_tool_choice("none", None) == "none"
-    for bad in ("always", "required", {"type": "function", "function": {"name": "x"}}, 3):
+    assert agent.check_tool_choice("required", tools) == "required"
+    assert agent.check_tool_choice({"type": "function", "function": {"name": "x"}}, tools)["function"]["name"] == "x"
+    for bad, with_tools in (("always", tools), ("required", None), ({"type": "function", "function": {"name": "y"}},
+                                                                    tools), (3, tools)):
         with pytest.raises(UsageError) as e:
-            agent.check_tool_choice(bad, [{"type": "function", "function": {"name": "x"}}])
+            agent.check_tool_choice(bad, with_tools)
         assert e.value.param == "tool_choice"
     with pytest.raises(UsageError):
         agent.check_tools([{"type": "function", "function": {"name": ""}}])
@@ -173,3 +177,18 @@ def test_request_fields_are_checked():
     assert agent.template_kwargs(None, None) is None
     with pytest.raises(UsageError):
         agent.template_kwargs({"enable_thinking": False}, True)
+
+
+@pytest.mark.parametrize("family", ["hermes", "llama3", "mistral", "gemma4", "generic"])
+def test_call_grammars_compile_and_their_calls_parse(family):
+    from geniex.engine.toolcalls.grammar import call_grammar, lark_source
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+             {"type": "function", "function": {"name": "get_time"}}]
+    for name in (None, "get_time"):
+        for parallel in (True, False):
+            grammar = call_grammar(family, tools, name, parallel)
+            assert grammar.kind == "lark"
+    source = lark_source(family, tools, "get_time", False)
+    assert "get_time" in source and "get_weather" not in source
+    assert '"additionalProperties": false' in lark_source(family, tools)

@@ -223,9 +223,8 @@ def test_enable_think_reaches_the_template(server):
 
 @pytest.mark.parametrize("field,value", [
     ("reasoning_format", "deepseek2"), ("reasoning_format", 1), ("enable_think", "yes"),
-    ("tool_choice", "sometimes"), ("tool_choice", "required"),
-    ("tool_choice", {"type": "function", "function": {"name": "get_weather"}}),
-    ("tool_choice", {"type": "function", "function": {"name": "nope"}}),
+    ("tool_choice", "sometimes"), ("tool_choice", {"type": "function", "function": {"name": "nope"}}),
+    ("tool_choice", {"type": "function"}),
     ("tools", [{"type": "retrieval"}]), ("tools", [{"type": "function", "function": {}}]),
     ("parallel_tool_calls", "no"), ("chat_template_kwargs", [1]),
 ])
@@ -235,6 +234,46 @@ def test_invalid_values_are_400s_naming_the_field(server, field, value):
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"].startswith(field) and field in error["message"]
+
+
+def test_required_with_no_tools_or_with_a_grammar_is_a_400(server):
+    r = server.chat({**body("qwen3", "hi", tool_choice="required"), "tools": None})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+    r = server.chat(body("qwen3", "hi", tool_choice="required", response_format={"type": "json_object"}))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+
+
+# -- tool_choice required / named: the answer constrained to calls ----------------------------
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {
+    "name": "get_time", "description": "The time in a zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_required_and_named_choices_are_enforced(server, family):
+    base = {"model": name(family), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
+            "parallel_tool_calls": False}
+    for choice, names in (("required", {"get_weather", "get_time"}),
+                          ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})):
+        answer = ok(server.chat({**base, "tool_choice": choice}))["choices"][0]
+        assert answer["finish_reason"] == "tool_calls", answer
+        calls = answer["message"]["tool_calls"]
+        assert len(calls) == 1 and calls[0]["function"]["name"] in names
+        args = json.loads(calls[0]["function"]["arguments"])
+        key = "city" if calls[0]["function"]["name"] == "get_weather" else "zone"
+        assert set(args) == {key} and isinstance(args[key], str)     # the tool's schema, nothing else
+        s_content, _, s_calls, s_finish = streamed(server.stream("/v1/chat/completions", {**base, "tool_choice": choice}))
+        assert s_calls == calls_of(answer["message"]) and s_finish == "tool_calls"
+
+
+def test_enforced_calls_are_the_same_with_speculation(server):
+    # The grammar constrains every verify row: drafting changes nothing in the answer.
+    base = {"model": name("qwen3"), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
+            "tool_choice": "required"}
+    plain = ok(server.chat(base))["choices"][0]["message"]
+    drafted = ok(server.chat({**base, "spec_type": "ngram-mod", "spec_draft_policy": "fixed"}))["choices"][0]["message"]
+    assert calls_of(drafted) == calls_of(plain) and drafted["content"] == plain["content"]
 
 
 def test_enable_think_and_kwargs_that_disagree_are_a_400(server):

@@ -8,10 +8,6 @@ from geniex.errors import UsageError
 
 CHOICES = ("auto", "none", "required")
 
-# Why required/named choices are refused (they need the call constrained by a grammar).
-NOT_ENFORCED = ("is not supported by this server yet: it would need the call enforced by constrained "
-                "decoding; send tool_choice \"auto\" (the model decides) or \"none\"")
-
 
 def check_tools(tools):
     """``tools`` as OpenAI sends them (``[{"type": "function", "function": {"name", ...}}]``);
@@ -37,18 +33,17 @@ def check_tools(tools):
 
 
 def check_tool_choice(choice, tools):
-    """``"auto"`` or ``"none"`` (what this server enforces); a named or required choice
-    is a UsageError naming ``tool_choice`` until calls can be enforced."""
+    """``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function", "function":
+    {"name": ...}}`` naming one of ``tools`` (the last two need tools: they constrain
+    the answer to calls); a UsageError naming ``tool_choice`` otherwise."""
     if choice is None:
         return "auto"
     if isinstance(choice, str):
         if choice not in CHOICES:
             raise UsageError(f"tool_choice: {choice!r} is not one of {', '.join(CHOICES)} or "
                              "{\"type\": \"function\", \"function\": {\"name\": ...}}", param="tool_choice")
-        if choice == "required":
-            if not tools:
-                raise UsageError("tool_choice: \"required\" needs tools", param="tool_choice")
-            raise UsageError(f"tool_choice: \"required\" {NOT_ENFORCED}", param="tool_choice")
+        if choice == "required" and not tools:
+            raise UsageError("tool_choice: \"required\" needs tools", param="tool_choice")
         return choice
     if isinstance(choice, dict):
         fn = choice.get("function") if choice.get("type") == "function" else None
@@ -58,7 +53,7 @@ def check_tool_choice(choice, tools):
                              param="tool_choice")
         if not any(t["function"]["name"] == name for t in tools or ()):
             raise UsageError(f"tool_choice: no tool is named {name!r}", param="tool_choice")
-        raise UsageError(f"tool_choice: a named function {NOT_ENFORCED}", param="tool_choice")
+        return {"type": "function", "function": {"name": name}}
     raise UsageError("tool_choice: expected \"auto\", \"none\", \"required\" or a named function",
                      param="tool_choice")
 
