@@ -213,12 +213,14 @@ def _chat(session, task, cancel):
     for event in _decode(session, task, tokens, cancel):
         if isinstance(event, Piece):
             delta = parser.feed(event.text)
-            yield Piece(delta.content, event.tokens, event.timings, delta.reasoning,
-                        [c.openai() for c in delta.calls])
+            # replace(): whatever else the piece carries (tokens, timings) goes on as it is.
+            yield dataclasses.replace(event, text=delta.content, reasoning=delta.reasoning,
+                                      calls=[c.openai() for c in delta.calls])
         elif isinstance(event, Done):
             delta = parser.finish()
             if delta:
-                yield Piece(delta.content, [], None, delta.reasoning, [c.openai() for c in delta.calls])
+                yield Piece(text=delta.content, tokens=[], reasoning=delta.reasoning,
+                            calls=[c.openai() for c in delta.calls])
             yield event
         else:
             yield event
