@@ -74,3 +74,34 @@ def steps(session, prompt, *, max_tokens=256, stop=(), temperature=0.0, seed=0, 
 def generate(session, prompt, **options):
     """Answer one chat turn and return its text (the options of :func:`steps`)."""
     return "".join(step.text for step in steps(session, prompt, **options))
+
+
+def answer(session, messages, *, tools=None, tool_choice="auto", parallel_tool_calls=True, reasoning_format="auto",
+           template_kwargs=None, max_tokens=256, stop=(), temperature=0.0, seed=0, **sampling):
+    """Answer a conversation (OpenAI-style ``messages``) as the server's chat route does,
+    through the same engine task: returns ``{"content", "reasoning_content",
+    "tool_calls", "finish_reason"}`` with the model's tool calls parsed in its
+    template's format (docs/tools-and-reasoning.md). ``tool_choice`` "required" or a
+    named function constrains the answer to calls. UsageError on a bad value."""
+    from geniex.engine import tasks
+    from geniex.engine.toolcalls import tools as agent
+    tools = agent.check_tools(tools)
+    task = tasks.ChatTask(list(messages), GenOptions(max_tokens=max_tokens, stop=tuple(stop),
+                                                     sampling=SamplingParams(temperature=temperature, seed=seed,
+                                                                             **sampling)),
+                          tools=tools, tool_choice=agent.check_tool_choice(tool_choice, tools),
+                          parallel_tool_calls=parallel_tool_calls,
+                          reasoning_format=agent.check_reasoning_format(reasoning_format),
+                          template_kwargs=agent.template_kwargs(template_kwargs, None))
+    content, reasoning, calls, stats = [], [], [], None
+    for event in tasks.run(session, task):
+        if isinstance(event, tasks.Piece):
+            content.append(event.text)
+            reasoning.append(event.reasoning)
+            calls.extend(event.calls)
+        elif isinstance(event, tasks.Done):
+            stats = event.stats
+    text = "".join(content)
+    stopped = "length" if stats.stop_reason in ("length", "context_length", "time_limit") else "stop"
+    return {"content": None if calls and not text.strip() else text, "reasoning_content": "".join(reasoning) or None,
+            "tool_calls": calls, "finish_reason": "tool_calls" if calls and stopped == "stop" else stopped}

@@ -4,7 +4,7 @@ import sys
 
 from geniex import config, profile
 from geniex.cli import console
-from geniex.cli.options import add_chat_verb, gen_options, load_options
+from geniex.cli.options import add_chat_verb, gen_options, load_options, template_kwargs
 from geniex.errors import Cancelled, GenieXError, UsageError
 from geniex.speculative.options import FALLBACK, parse_types
 
@@ -13,10 +13,13 @@ log = logging.getLogger("geniex.cli")
 
 def register(sub):
     """Add ``infer`` to the CLI."""
-    add_chat_verb(sub, "infer", run, help="answer prompts with a local model (interactive without -p)",
-                  description="Answer prompts with a local GGUF model. Without -p, opens an interactive "
-                              "chat that keeps the conversation and its KV cache.",
-                  spec_trace="write one JSON line per decoding step ('-' = stderr)")
+    p = add_chat_verb(sub, "infer", run, help="answer prompts with a local model (interactive without -p)",
+                      description="Answer prompts with a local GGUF model. Without -p, opens an interactive "
+                                  "chat that keeps the conversation and its KV cache.",
+                      spec_trace="write one JSON line per decoding step ('-' = stderr)")
+    p.add_argument("-t", "--token-file", metavar="PATH",
+                   help="a raw prompt as token ids (whitespace or comma separated, or a JSON list), "
+                        "answered without the chat template; instead of -p/-i")
 
 
 def _resolve_models(args, store):
@@ -44,6 +47,11 @@ def run(args):
     from geniex.store import Store
     opts = gen_options(args)
     turns = console.prompts(args)
+    token_prompt = None
+    if args.token_file:
+        if turns:
+            raise UsageError("--token-file is a whole prompt: give it without -p/-i")
+        token_prompt = read_token_file(args.token_file)
     store = Store(config.data_dir(getattr(args, "data_dir", None)))
     model, draft_path = _resolve_models(args, store)
     verbose = getattr(args, "verbose", False)
@@ -64,8 +72,12 @@ def run(args):
                 tracer = Tracer(args.spec_trace, session.vocab)
             except OSError as e:
                 raise UsageError(f"--spec-trace {args.spec_trace}: {e.strerror}") from None
+        if token_prompt is not None:
+            with console.CtrlC() as ctrl:
+                _answer_tokens(session, token_prompt, opts, ctrl, tracer, verbose)
+            return 0
         # Which chat template is used is logged once per model (shown by --verbose).
-        chat = Conversation(session, args.system_prompt)
+        chat = Conversation(session, args.system_prompt, template_kwargs(args))
         with console.CtrlC() as ctrl:
             answer = lambda text: _answer(chat, text, opts, ctrl, tracer, verbose)  # noqa: E731
             if turns:
@@ -80,6 +92,52 @@ def run(args):
             tracer.close()
         session.close()
     return 0
+
+
+def read_token_file(path):
+    """``-t/--token-file``: token ids separated by whitespace or commas (a JSON list
+    reads the same way); checked against the vocabulary once the model is loaded."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise UsageError(f"--token-file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--token-file {path}: not UTF-8 text") from None
+    words = text.replace(",", " ").replace("[", " ").replace("]", " ").split()
+    try:
+        tokens = [int(w) for w in words]
+    except ValueError:
+        bad = next(w for w in words if not w.lstrip("-").isdigit())
+        raise UsageError(f"--token-file {path}: {bad!r} is not a token id (expected integers)") from None
+    if not tokens:
+        raise UsageError(f"--token-file {path}: no token ids in it")
+    return tokens
+
+
+def _answer_tokens(session, tokens, opts, ctrl, tracer, verbose):
+    """Continue a raw prompt of token ids (no chat template), as /v1/completions does."""
+    n = session.vocab.n_tokens
+    bad = [t for t in tokens if not 0 <= t < n]
+    if bad:
+        raise UsageError(f"--token-file: {bad[0]} is not a token id of this model (0..{n - 1})")
+    session.reset()
+    ctrl.answering = True
+    try:
+        gen = session.generate(tokens, opts, cancel=ctrl.cancelled)
+        for step in gen:
+            if step.text:
+                sys.stdout.write(step.text)
+                sys.stdout.flush()
+            if tracer is not None:
+                tracer.step(step)
+    finally:
+        ctrl.answering = False
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    if tracer is not None:
+        tracer.summary(gen.stats)
+    print(profile.render(gen.stats, verbose), file=sys.stderr, flush=True)
 
 
 def _answer(chat, prompt, opts, ctrl, tracer, verbose):

@@ -83,6 +83,11 @@ def add_model_flags(p):
     s = p.add_argument_group("answer")
     s.add_argument("--max-tokens", type=_positive("--max-tokens"), default=2048, help="answer length limit (default 2048)")
     s.add_argument("--stop", action="append", default=[], help="stop string (repeatable); not printed")
+    s.add_argument("--stop-file", metavar="PATH", action="append", default=[],
+                   help="stop strings from a file, one per line (repeatable; added to --stop)")
+    s.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
+                   help="thinking on (--think) or off (--no-think) for templates that read enable_thinking "
+                        "(default: the template's own)")
     s.add_argument("-s", "--system-prompt", default=None)
     s.add_argument("--temperature", type=_nonneg(float, "--temperature"), default=0.0, help="0 = greedy (default)")
     s.add_argument("--top-p", type=_nonneg(float, "--top-p"), default=0.0, help="0 = unset")
@@ -123,8 +128,33 @@ def gen_options(args):
     from geniex.engine.loop import GenOptions
     if any(not s for s in args.stop):
         raise UsageError("--stop needs a non-empty string")
-    return GenOptions(max_tokens=args.max_tokens, stop=tuple(args.stop), sampling=sampling_params(args),
+    stops = list(args.stop)
+    for path in getattr(args, "stop_file", None) or ():
+        stops += read_stop_file(path)
+    return GenOptions(max_tokens=args.max_tokens, stop=tuple(stops), sampling=sampling_params(args),
                       grammar=grammar(args))
+
+
+def read_stop_file(path):
+    """``--stop-file``: one stop string per line (a trailing newline is not part of
+    it; empty lines are skipped)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise UsageError(f"--stop-file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--stop-file {path}: not UTF-8 text") from None
+    stops = [line for line in lines if line]
+    if not stops:
+        raise UsageError(f"--stop-file {path}: no stop strings in it (one per line)")
+    return stops
+
+
+def template_kwargs(args):
+    """The chat template variables the flags set (``--think``: ``enable_thinking``)."""
+    think = getattr(args, "think", None)
+    return None if think is None else {"enable_thinking": think}
 
 
 def grammar_source(args):

@@ -99,6 +99,10 @@ def request_fields(args, model_id):
         fields["compute"] = args.compute
     if opts.stop:
         fields["stop"] = list(opts.stop)
+    if getattr(args, "think", None) is not None:
+        fields["enable_think"] = args.think
+    # The answer as the model writes it, thoughts included, as `geniex infer` prints it.
+    fields["reasoning_format"] = "none"
     spec = spec_options.from_args(args)
     spec.draft_model = _as_server_name(spec.draft_model) if spec.draft_model else ""
     fields.update(spec_options.to_request(spec))

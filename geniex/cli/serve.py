@@ -22,6 +22,9 @@ def register(sub):
     p.add_argument("--n-predict", type=int, default=None,
                    help="answer length for requests that set none (-1 = until the context is full; default: "
                         "2048 for chat and /completion, 16 for /v1/completions)")
+    p.add_argument("--reasoning-format", default="auto", choices=("none", "deepseek", "deepseek-legacy", "auto"),
+                   help="default reasoning_format of chat answers: where <think> thoughts go (default auto: "
+                        "reasoning_content, as llama.cpp's server)")
     p.add_argument("--metrics", action="store_true", help="serve GET /metrics (Prometheus text; default off)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="answer GET /slots with 501")
     p.add_argument("--keepalive", type=float, default=None,
@@ -45,6 +48,10 @@ def register(sub):
                      help="require `Authorization: Bearer KEY` on /v1 requests (env GENIEX_API_KEY; default: none)")
     sec.add_argument("--allow-paths", action="store_true",
                      help="let requests load GGUF files by path (default: stored models only)")
+    sec.add_argument("--https", action="store_true",
+                     help="serve HTTPS (TLS) with --certfile and --keyfile instead of plain HTTP")
+    sec.add_argument("--certfile", metavar="PATH", help="the server's certificate chain (PEM), with --https")
+    sec.add_argument("--keyfile", metavar="PATH", help="the certificate's private key (PEM), with --https")
     sec.add_argument("--grammar-dir", metavar="DIR", default=None,
                      help="the folder whose GBNF files requests may name in grammar_path (default: none; "
                           "grammar_path is then refused)")
@@ -91,6 +98,13 @@ def run(args):
         raise UsageError(f"--request-timeout must be a number of seconds >= 0 (got {args.request_timeout:g})")
     if not 0 <= args.max_queue <= 256:
         raise UsageError(f"--max-queue must be between 0 and 256 (got {args.max_queue})")
+    tls = None
+    if args.https:
+        if not args.certfile or not args.keyfile:
+            raise UsageError("--https needs --certfile and --keyfile (PEM files)")
+        tls = (args.certfile, args.keyfile)
+    elif args.certfile or args.keyfile:
+        raise UsageError("--certfile and --keyfile take effect with --https only; add --https")
     # Load the llama.cpp library now: without one, say what to get before listening,
     # rather than answering every request with the same error.
     from geniex.llama import library
@@ -99,6 +113,7 @@ def run(args):
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
                                             cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict,
+                                            reasoning_format=args.reasoning_format,
                                             grammar_dir=_grammar_dir(args.grammar_dir)),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
@@ -107,7 +122,7 @@ def run(args):
                           memory_budget=parse_size(args.memory_budget) if args.memory_budget else None,
                           model=_default_model(args.model, args.data_dir),
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
-    return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port)
+    return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
 
 
 def _grammar_dir(value):

@@ -55,6 +55,11 @@ class ChatTemplate:
                              "llama.cpp does not recognise its family; using chatml")
             log.warning("%s", self.note)
 
+    @property
+    def renders_tools(self):
+        """True when the model's own template shows a request's ``tools`` in the prompt."""
+        return self._jinja is not None and self._jinja.tools
+
     def render(self, messages, add_assistant=True, tools=None, extra=None):
         """The prompt text for ``messages``, ending where the assistant's answer starts
         (``add_assistant``). ``tools`` (OpenAI tool definitions) and ``extra`` (more
@@ -109,16 +114,18 @@ class Conversation:
     turn costs its new tokens only.
     """
 
-    def __init__(self, session, system_prompt=None):
+    def __init__(self, session, system_prompt=None, template_kwargs=None):
         self.session = session
         self.template = template_for(session.model)
+        self.template_kwargs = template_kwargs      # more template variables (enable_thinking, ...)
         self.messages = []
         if system_prompt:
             self.messages.append({"role": "system", "content": system_prompt})
 
     def prompt_tokens(self, messages=None):
         """Tokens of the templated conversation (``messages`` or this one's)."""
-        return self.session.tokenize_prompt(self.template.render(messages or self.messages))
+        return self.session.tokenize_prompt(self.template.render(messages or self.messages,
+                                                                 extra=self.template_kwargs))
 
     def ask(self, user_text, opts, cancel=None):
         """Add a user turn and start the answer; returns a Generation. Call

@@ -19,7 +19,9 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from geniex.engine import embedding, logprobs
+from geniex.engine import embedding, logprobs, toolcalls
+from geniex.engine.toolcalls import grammar as _grammar  # noqa: F401 - toolcalls.grammar, used by _chat
+from geniex.engine.toolcalls import tools as _tools  # noqa: F401 - toolcalls.tools, used by _render
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.stats import Stats
@@ -34,6 +36,7 @@ class Streaming:
     speculative: bool = True             # draft with the session's drafters (if any)
     progress: bool = False               # Progress events while the prompt is decoded
     timings_per_token: bool = False      # running timings on every Piece
+    stream: bool = False                 # the answer is streamed (deepseek-legacy reasoning differs)
 
 
 @dataclass
@@ -50,6 +53,11 @@ class ChatTask:
     continue_final: bool = False
     add_generation_prompt: bool = True   # end the prompt where the assistant's answer starts
     streaming: Streaming = field(default_factory=Streaming)
+    # "auto": calls parsed out of the answer; "none": tools left out; "required" or
+    # {"type": "function", "function": {"name": ...}}: the answer is constrained to calls
+    tool_choice: str | dict = "auto"
+    parallel_tool_calls: bool = True     # False: the first call only
+    reasoning_format: str = "none"       # none | deepseek | deepseek-legacy | auto (toolcalls.reasoning)
 
 
 @dataclass
@@ -104,6 +112,7 @@ class TemplateTask:
     template_kwargs: dict | None = None
     continue_final: bool = False
     add_generation_prompt: bool = True
+    tool_choice: str = "auto"
 
 
 @dataclass
@@ -150,11 +159,15 @@ class ForgetDrafts:
 @dataclass
 class Piece:
     """Text released by one step of the loop, and the answer tokens it committed;
-    ``timings`` (llama.cpp's names, so far) when the task asked for them per token."""
+    ``timings`` (llama.cpp's names, so far) when the task asked for them per token.
+    A chat answer's ``text`` is its content only: ``reasoning`` is the reasoning text
+    it released and ``calls`` the tool calls read whole (OpenAI ``tool_calls`` items)."""
 
     text: str
     tokens: list
     timings: dict | None = None
+    reasoning: str = ""
+    calls: list = field(default_factory=list)
     logprobs: list | None = None         # a TokenText per token, when the task asked for them
 
 
@@ -218,7 +231,46 @@ def run(session, task, cancel=None):
 def _chat(session, task, cancel):
     prompt = _render(session, task)
     tokens = session.tokenize_prompt(prompt)
-    yield from _decode(session, task, tokens, cancel)
+    parser = _parser(session, task, prompt)
+    if task.tools and (task.tool_choice == "required" or isinstance(task.tool_choice, dict)):
+        task = _calls_enforced(task, parser.family)
+    for event in _decode(session, task, tokens, cancel):
+        if isinstance(event, Piece):
+            delta = parser.feed(event.text)
+            # replace(): whatever else the piece carries (tokens, timings) goes on as it is.
+            yield dataclasses.replace(event, text=delta.content, reasoning=delta.reasoning,
+                                      calls=[c.openai() for c in delta.calls])
+        elif isinstance(event, Done):
+            delta = parser.finish()
+            if delta:
+                yield Piece(text=delta.content, tokens=[], reasoning=delta.reasoning,
+                            calls=[c.openai() for c in delta.calls])
+            yield event
+        else:
+            yield event
+
+
+def _calls_enforced(task, family):
+    """``task`` with its answer constrained to calls in ``family``'s format (tool_choice
+    required or named: :mod:`geniex.engine.toolcalls.grammar`)."""
+    if task.options.grammar is not None:
+        raise UsageError("tool_choice: a required or named tool choice constrains the answer to calls, so it "
+                         "cannot be combined with response_format or a grammar", param="tool_choice")
+    name = task.tool_choice["function"]["name"] if isinstance(task.tool_choice, dict) else None
+    grammar = toolcalls.grammar.call_grammar(family.name, task.tools, name, task.parallel_tool_calls)
+    return dataclasses.replace(task, options=dataclasses.replace(task.options, grammar=grammar))
+
+
+def _parser(session, task, prompt):
+    """The answer's parser: tool calls in the template's family when the task has tools
+    (and tool_choice is not "none"), reasoning split as ``reasoning_format`` says."""
+    source = template_for(session.model).source
+    family = toolcalls.family_of(source) if task.tools and task.tool_choice != "none" else None
+    if family is not None and not template_for(session.model).renders_tools:
+        family = toolcalls.FAMILIES["generic"]()     # the tools were described in the generic format
+    markers = toolcalls.markers_for(source)
+    return toolcalls.ChatParser(family, task.reasoning_format, markers, toolcalls.forced_open(prompt, markers),
+                                streaming=task.streaming.stream, parallel=task.parallel_tool_calls)
 
 
 def _complete(session, task, cancel):
@@ -281,7 +333,7 @@ def _decode(session, task, tokens, cancel):
             produced += len(step.committed)
             timings = _running(generation.stats, produced, t0) if streaming.timings_per_token else None
             logprobs = _token_texts(session.vocab, step.logprobs) if step.logprobs is not None else None
-            yield Piece(step.text, step.committed, timings, logprobs)
+            yield Piece(step.text, step.committed, timings, logprobs=logprobs)
     yield from reports
     yield Done(generation.stats, options.sampling.logit_bias if options.sampling is not None else ())
 
@@ -461,10 +513,14 @@ def _render(session, task):
     ends with the last (assistant) message's text, so the answer continues it."""
     template = template_for(session.model)
     messages = task.messages
+    # tool_choice "none": the model is not shown the tools (so it does not call them).
+    tools = task.tools if task.tool_choice != "none" else None
+    if tools and not template.renders_tools:
+        messages = toolcalls.tools.with_tools_described(messages, tools)
     if not task.continue_final:
-        return template.render(messages, add_assistant=task.add_generation_prompt, tools=task.tools,
+        return template.render(messages, add_assistant=task.add_generation_prompt, tools=tools,
                                extra=task.template_kwargs)
-    text = template.render(messages, add_assistant=False, tools=task.tools, extra=task.template_kwargs)
+    text = template.render(messages, add_assistant=False, tools=tools, extra=task.template_kwargs)
     last = messages[-1].get("content") or ""
     cut = text.rfind(last) if last else -1
     if cut < 0:

@@ -292,6 +292,7 @@ class JinjaTemplate:
             raise TemplateFailed("the template nests too deeply to compile") from None
         self.object_arguments = self._requires_object_arguments()
         self.system_role = self._supports_system_role()
+        self.tools = self._renders_tools()
 
     def render(self, messages, add_generation_prompt=True, tools=None, extra=None):
         """The prompt text for ``messages`` (dicts as in an OpenAI chat request, with
@@ -329,9 +330,9 @@ class JinjaTemplate:
                 parts.append(chunk)
         return "".join(parts)
 
-    def _try_render(self, messages):
+    def _try_render(self, messages, tools=None):
         try:
-            return self._render(dict(messages=messages, tools=None, documents=None, add_generation_prompt=False,
+            return self._render(dict(messages=messages, tools=tools, documents=None, add_generation_prompt=False,
                                      bos_token=self.bos_token, eos_token=self.eos_token))
         except TemplateLimit:
             raise
@@ -342,6 +343,15 @@ class JinjaTemplate:
         needle = "<System Needle>"
         return needle in self._try_render([{"role": "system", "content": needle},
                                            {"role": "user", "content": "Hey"}])
+
+    def _renders_tools(self):
+        # Whether the template shows the request's tools at all (llama.cpp's
+        # supports_tools probe): a template that does not gets them described in a
+        # system message instead (geniex.engine.toolcalls.tools).
+        needle = "geniex_tool_needle"
+        tool = {"type": "function", "function": {"name": needle, "description": "probe",
+                                                 "parameters": {"type": "object", "properties": {}}}}
+        return needle in self._try_render([{"role": "user", "content": "Hey"}], tools=[tool])
 
     def _requires_object_arguments(self):
         # llama.cpp's capability probe: render one tool call with its arguments as a

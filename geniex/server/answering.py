@@ -19,6 +19,7 @@ from geniex.engine import limits, tasks
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import load_options
+from geniex.engine.toolcalls import tools as agent
 from geniex.errors import Cancelled, ContextLengthExceeded, GenieXError, ModelNotFound, UsageError
 from geniex.llama.devices import chosen_names
 from geniex.speculative import options as spec_options
@@ -46,6 +47,7 @@ class Defaults:
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
+    reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
     grammar_dir: str | None = None   # the folder grammar_path names files in (None: grammar_path refused)
 
 
@@ -70,6 +72,8 @@ class Answer:
         self.warnings = warnings
         self.stats = None                       # the answer's Stats, once it is done
         self.tokens = []                        # the answer's tokens so far
+        self.reasoning = []                     # reasoning text pieces so far (chat answers)
+        self.calls = []                         # tool calls so far (OpenAI tool_calls items)
         self.logit_bias = ()                    # as sampled: ((token, bias), ...)
         self.logprobs = None                    # [TokenText] so far, when the request asked for them
         self._metrics = metrics
@@ -89,10 +93,13 @@ class Answer:
                 self.logit_bias = event.logit_bias
             elif isinstance(event, tasks.Progress):
                 yield event
-            elif event.text or event.tokens:
+            elif event.text or event.tokens or getattr(event, "reasoning", "") or getattr(event, "calls", None):
                 self.tokens.extend(event.tokens)
                 if self.logprobs is not None and event.logprobs:
                     self.logprobs.extend(event.logprobs)
+                if getattr(event, "reasoning", ""):
+                    self.reasoning.append(event.reasoning)
+                self.calls.extend(getattr(event, "calls", None) or ())
                 yield event
             event = next(self._events, None)
 
@@ -161,13 +168,36 @@ class Answerer:
             return None
         messages, dropped = chat_messages(body["messages"], target, bool(spec.types))
         continue_final, add_prompt = continuation(body, messages)
+        agent = self.agent_fields(body)
         task = tasks.ChatTask(messages, self._gen_options(body, CHAT_MAX_TOKENS),
-                              tools=body.get("tools"), template_kwargs=body.get("chat_template_kwargs"),
                               keep_cache=keep_cache or body.get("cache_prompt") is True,
                               continue_final=continue_final, add_generation_prompt=add_prompt,
-                              streaming=_streaming(body, True))
+                              streaming=_streaming(body, True), **agent)
         return self._start(self._lease(body, target, spec, cancel), task, cancel, target.name,
                            warnings + dropped, "messages")
+
+    def agent_fields(self, body):
+        """The ChatTask fields of a request's tools, tool_choice, parallel_tool_calls,
+        reasoning_format, enable_think and chat_template_kwargs, checked (a 400 naming
+        the field) before any model is touched."""
+        try:
+            tools = agent.check_tools(body.get("tools"))
+            choice = agent.check_tool_choice(body.get("tool_choice"), tools)
+            fmt = body.get("reasoning_format")
+            fmt = agent.check_reasoning_format(self.defaults.reasoning_format if fmt is None else fmt)
+            kwargs = agent.template_kwargs(body.get("chat_template_kwargs"), body.get("enable_think"))
+        except UsageError as e:
+            raise ApiError(400, str(e), param=e.param, code="invalid_value") from None
+        if tools and choice not in ("auto", "none") and _constrained(body):
+            raise ApiError(400, "tool_choice: a required or named tool choice constrains the answer to calls, so "
+                           "it cannot be combined with response_format or a grammar", param="tool_choice",
+                           code="invalid_value")
+        parallel = body.get("parallel_tool_calls")
+        if parallel is not None and not isinstance(parallel, bool):
+            raise ApiError(400, "parallel_tool_calls: expected a boolean", param="parallel_tool_calls",
+                           code="invalid_value")
+        return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel is not False,
+                "reasoning_format": fmt, "template_kwargs": kwargs}
 
     def complete(self, body, keep_cache, cancel, default_max=COMPLETION_MAX_TOKENS):
         """A raw prompt, no template (``/v1/completions``, ``/completion``): text or token
@@ -383,6 +413,18 @@ class Answerer:
             raise _request_error(e, field) from None
 
 
+def _constrained(body):
+    """Whether a request constrains its answer with a grammar field (text is no constraint)."""
+    for name in grammar_fields.FIELDS:
+        value = body.get(name)
+        if value in (None, "", {}):
+            continue
+        if name == "response_format" and isinstance(value, dict) and value.get("type") == "text":
+            continue
+        return True
+    return False
+
+
 LOAD_FIELDS = ("nctx", "ngl", "compute", "cache_type_k", "cache_type_v")
 
 
@@ -400,7 +442,8 @@ def _request_error(e, field):
 def _streaming(body, speculative):
     """What a decoding task reports besides its text, from llama.cpp's stream fields."""
     stream = bool(body.get("stream"))
-    return tasks.Streaming(speculative=speculative, progress=stream and body.get("return_progress") is True,
+    return tasks.Streaming(speculative=speculative, stream=stream,
+                           progress=stream and body.get("return_progress") is True,
                            timings_per_token=body.get("timings_per_token") is True)
 
 
@@ -448,7 +491,8 @@ def continuation(body, messages):
 
 def chat_messages(messages, target, speculative):
     """Request messages -> messages for the template (text ``content``; ``name``,
-    ``tool_calls`` and ``tool_call_id`` kept, as llama.cpp's server keeps them), and
+    ``tool_calls``, ``tool_call_id`` and an assistant's ``reasoning_content`` kept, as
+    llama.cpp's server keeps them), and
     warnings about content that was dropped (we only run the text path)."""
     out, dropped = [], 0
     for m in messages:
@@ -460,7 +504,7 @@ def chat_messages(messages, target, speculative):
         role = "system" if m["role"] == "developer" else m["role"]
         # A missing or null content is an empty string, as llama.cpp's server gives it.
         msg = {"role": role, "content": content or ""}
-        for key in ("name", "tool_calls", "tool_call_id"):
+        for key in ("name", "tool_calls", "tool_call_id", "reasoning_content"):
             if m.get(key) is not None:
                 msg[key] = m[key]
         out.append(msg)

@@ -266,9 +266,10 @@ class _Stopper:
     seconds), then close every connection, which ends waitress's loop. A second
     signal closes everything at once."""
 
-    def __init__(self, server, cache):
+    def __init__(self, server, cache, fronts=()):
         self.server = server
         self.cache = cache
+        self.fronts = fronts            # TLS fronts (--https): they stop accepting too
         self.started = False
         self.closed = False
 
@@ -287,6 +288,8 @@ class _Stopper:
         return [ch for ch in list(self.server._map.values()) if getattr(ch, "accepting", False)]
 
     def _stop_listening(self):
+        for front in self.fronts:
+            front.close()
         for listener in self._listeners():
             listener.accepting = False
             listener.del_channel()
@@ -330,20 +333,40 @@ class _Stopper:
             pass
 
 
-def serve(config, host_value, announce=print, port=None):
+def serve(config, host_value, announce=print, port=None, tls=None):
     """Run the server in this (main) thread until interrupted; returns 0. ``host_value``
-    may list several addresses (:func:`parse_hosts`)."""
+    may list several addresses (:func:`parse_hosts`). ``tls`` = (certfile, keyfile)
+    serves HTTPS on them: waitress then listens on a loopback port of its own behind
+    a TLS front per address (:mod:`geniex.server.tls`)."""
     addresses = parse_hosts(host_value, port)
     (host, port), also = addresses[0], addresses[1:]
     config.bind_host = ",".join(h for h, _ in addresses)
+    ssl_context = None
+    if tls is not None:
+        from geniex.server import tls as tls_front
+        ssl_context = tls_front.context(*tls)
     app = create_app(config)
     cache = app.extensions["geniex.answerer"].cache
     try:
-        server = make_server(app, host, port, config, also)
+        if ssl_context is None:
+            server = make_server(app, host, port, config, also)
+        else:
+            server = make_server(app, "127.0.0.1", 0, config)
     except OSError as e:
         raise UsageError(f"cannot listen on {host_value}: {e.strerror or e}") from None
+    fronts = []
+    if ssl_context is not None:
+        backend = (server.effective_host, server.effective_port)
+        try:
+            for h, p in addresses:
+                fronts.append(tls_front.TlsFront(h, p, backend, ssl_context, CONNECTION_LIMIT).start())
+        except UsageError:
+            for front in fronts:
+                front.close()
+            server.close()
+            raise
 
-    stopper = _Stopper(server, cache)
+    stopper = _Stopper(server, cache, fronts)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -352,12 +375,15 @@ def serve(config, host_value, announce=print, port=None):
         if not is_loopback(bound) and not config.api_key:
             log.warning("listening on %s, beyond this machine, with no API key: anyone who can reach it can "
                         "use the server; set --api-key or GENIEX_API_KEY", bound)
-    more = "".join(f" and {a}" for a in addresses_of(server)[1:])
-    announce(f"geniex server listening on {address(server)}{more} (docs: {address(server)}/docs/); Ctrl-C to stop",
+    urls = [front.url for front in fronts] or addresses_of(server)
+    more = "".join(f" and {a}" for a in urls[1:])
+    announce(f"geniex server listening on {urls[0]}{more} (docs: {urls[0]}/docs/); Ctrl-C to stop",
              flush=True)
     try:
         server.run()                    # returns once the stopper closed every connection
     finally:
+        for front in fronts:
+            front.close()
         cache.close()
         server.close()
         server.task_dispatcher.shutdown()

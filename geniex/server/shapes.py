@@ -16,9 +16,11 @@ _FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop",
            "length": "length", "context_length": "length", "time_limit": "length"}
 
 
-def finish_reason(stop):
-    """Stop reason of the loop -> ``stop`` | ``length``."""
-    return _FINISH.get(stop, "stop")
+def finish_reason(stop, calls=False):
+    """Stop reason of the loop -> ``stop`` | ``length``; ``tool_calls`` when the answer
+    called tools and was not cut short (as llama.cpp's server decides it)."""
+    reason = _FINISH.get(stop, "stop")
+    return "tool_calls" if calls and reason == "stop" else reason
 
 
 def new_id(prefix, sep="-"):
@@ -61,10 +63,17 @@ class Envelope:
         return body
 
 
-def chat_completion(env, text, stats, warnings=(), logprobs=None):
-    """A whole ``chat.completion`` (``logprobs``: the answer's TokenText records, when asked)."""
-    choice = {"index": 0, "message": {"role": "assistant", "content": text},
-              "logprobs": chat_logprobs(logprobs), "finish_reason": finish_reason(stats.stop_reason)}
+def chat_completion(env, text, stats, warnings=(), logprobs=None, reasoning="", calls=()):
+    """A whole ``chat.completion``; ``logprobs`` are the answer's TokenText records (when
+    asked), ``reasoning`` becomes ``message.reasoning_content`` and ``calls``
+    ``message.tool_calls`` (content then null when the model wrote none)."""
+    message = {"role": "assistant", "content": None if calls and not text.strip() else text}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = list(calls)
+    choice = {"index": 0, "message": message,
+              "logprobs": chat_logprobs(logprobs), "finish_reason": finish_reason(stats.stop_reason, bool(calls))}
     body = env.wrap("chat.completion", [choice], usage=usage(stats), timings=profile.timings(stats))
     if warnings:
         body["warnings"] = list(warnings)
@@ -87,6 +96,15 @@ def chat_chunk(env, delta, finish=None, include_usage=False, stats=None, warning
     OpenAI does."""
     choice = {"index": 0, "delta": delta, "logprobs": chat_logprobs(logprobs), "finish_reason": finish}
     return env.wrap("chat.completion.chunk", [choice], **_extras(include_usage, stats, warnings))
+
+
+def call_deltas(index, call):
+    """A tool call as OpenAI streams it: a first delta with its id, type, name and empty
+    arguments, then one with the arguments (a call is sent once read whole)."""
+    fn = call["function"]
+    return [{"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                             "function": {"name": fn["name"], "arguments": ""}}]},
+            {"tool_calls": [{"index": index, "function": {"arguments": fn["arguments"]}}]}]
 
 
 def text_chunk(env, text, finish=None, include_usage=False, stats=None, logprobs=None):

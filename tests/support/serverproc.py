@@ -67,7 +67,7 @@ class AppServer(Http):
         self.cache = self.app.extensions["geniex.answerer"].cache
         self.server = make_server(self.app, "127.0.0.1", 0, config)
         self.url = address(self.server)
-        self.host = self.url[len("http://"):]
+        self.host = self.url.split("://", 1)[1]
         self._thread = threading.Thread(target=self.server.run, name="test-server", daemon=True)
         self._thread.start()
 
@@ -137,12 +137,12 @@ class Server(Http):
         self._stderr = []
         threading.Thread(target=self._drain, daemon=True).start()
         self.first_line = line = self._first_line(timeout)
-        match = re.search(r"http://[\d.]+:\d+", line)
+        match = re.search(r"https?://[\d.]+:\d+", line)
         if not match:
             self.stop()
             raise RuntimeError(f"the server did not start: {line!r}\n{self.stderr}")
         self.url = match.group(0)
-        self.host = self.url[len("http://"):]
+        self.host = self.url.split("://", 1)[1]
         self.returncode = None
 
     def _first_line(self, timeout):

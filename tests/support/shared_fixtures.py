@@ -43,6 +43,17 @@ def demo_q4_0(demo_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tool_models(demo_model, tmp_path_factory):
+    """The demo model with a tools/think-capable chat template per tool-call family
+    (tests/support/tool_templates.py): ``{family: path}``; ``qwen3`` is the shared
+    tool-calling model."""
+    import tool_templates
+    d = tmp_path_factory.mktemp("tool-models")
+    return {family: tool_templates.demo_with_template(demo_model, d / f"demo-{family}.Q4_1.gguf", family)
+            for family in tool_templates.TEMPLATES}
+
+
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """Tiny gemma4 target/assistant pairs and mismatched variants, made once per run.
 

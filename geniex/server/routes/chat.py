@@ -19,17 +19,26 @@ def chat_completions():
     answer = answerer().chat(body, keep_cache(), cancel())
     if answer is None:
         return jsonify(None)
-    return _reply(body, answer, shapes.Envelope("chat", answer.model), _chat_events, shapes.chat_completion)
+    return _reply(body, answer, shapes.Envelope("chat", answer.model), _chat_events, _whole_chat)
+
+
+def _whole_chat(env, text, answer):
+    return shapes.chat_completion(env, text, answer.stats, answer.warnings, answer.logprobs,
+                                  "".join(answer.reasoning), answer.calls)
+
+
+def _whole_completion(env, text, answer):
+    return shapes.completion(env, text, answer.stats, answer.warnings, answer.logprobs)
 
 
 def _reply(body, answer, env, events, whole):
     """The answer as a stream of ``events(env, answer, usage)`` chunks with ``stream``,
-    else as one ``whole(env, text, stats, warnings)`` object."""
+    else as one ``whole(env, text, answer)`` object."""
     if body.get("stream"):
         return stream(events(env, answer, include_usage(body)), answer)
     with answer:
         text = answer.text()
-    return jsonify(whole(env, text, answer.stats, answer.warnings, answer.logprobs))
+    return jsonify(whole(env, text, answer))
 
 
 def _chat_events(env, answer, usage):
@@ -37,6 +46,7 @@ def _chat_events(env, answer, usage):
     first = shapes.chat_chunk(env, {"role": "assistant", "content": None}, include_usage=usage,
                               warnings=answer.warnings)
     sent_first = False
+    n_calls = 0
     for event in answer.events():
         extra = shapes.extras(event)
         if isinstance(event, tasks.Progress):
@@ -50,12 +60,22 @@ def _chat_events(env, answer, usage):
         if not sent_first:
             yield first
             sent_first = True
-        logprobs = event.logprobs if answer.logprobs is not None else None
-        yield {**shapes.chat_chunk(env, {"content": event.text}, include_usage=usage, logprobs=logprobs), **extra}
+        if event.reasoning:
+            yield {**shapes.chat_chunk(env, {"reasoning_content": event.reasoning}, include_usage=usage), **extra}
+            extra = {}
+        # Steps whose text is held back (a possible call's opening, part of a character)
+        # send nothing, unless they carry llama.cpp's per-token timings.
+        if event.text or (extra and not event.reasoning and not event.calls):
+            logprobs = event.logprobs if answer.logprobs is not None else None
+            yield {**shapes.chat_chunk(env, {"content": event.text}, include_usage=usage, logprobs=logprobs), **extra}
+        for call in event.calls:
+            for delta in shapes.call_deltas(n_calls, call):
+                yield shapes.chat_chunk(env, delta, include_usage=usage)
+            n_calls += 1
     if not sent_first:
         yield first
     stats = answer.stats
-    yield shapes.chat_chunk(env, {}, shapes.finish_reason(stats.stop_reason), usage, stats)
+    yield shapes.chat_chunk(env, {}, shapes.finish_reason(stats.stop_reason, n_calls > 0), usage, stats)
     if usage:
         yield shapes.usage_chunk(env, "chat.completion.chunk", stats)
 
@@ -68,7 +88,7 @@ def completions():
     validate(body, "completions.request.json")
     validate_spec(body)
     answer = answerer().complete(body, keep_cache(), cancel())
-    return _reply(body, answer, shapes.Envelope("text", answer.model), _completion_events, shapes.completion)
+    return _reply(body, answer, shapes.Envelope("text", answer.model), _completion_events, _whole_completion)
 
 
 def _completion_events(env, answer, usage):

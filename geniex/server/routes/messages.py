@@ -57,8 +57,9 @@ def chat_body(body):
             raise ApiError(400, "output_format: expected {\"type\": \"json_schema\", \"schema\": {...}}",
                            param="output_format", code="invalid_value")
         out["response_format"] = {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
+    # The answer's text as the model wrote it: thinking blocks are not split out here.
     out.update(messages=messages, max_completion_tokens=body["max_tokens"], stop=body.get("stop_sequences"),
-               stream=bool(body.get("stream")))
+               stream=bool(body.get("stream")), reasoning_format="none")
     return out
 
 

@@ -157,8 +157,10 @@ def apply_template():
     target, _ = answerer().target(body)
     messages, _ = chat_messages(body["messages"], target, False)
     continue_final, add_prompt = continuation(body, messages)
-    task = tasks.TemplateTask(messages, tools=body.get("tools"), template_kwargs=body.get("chat_template_kwargs"),
-                              continue_final=continue_final, add_generation_prompt=add_prompt)
+    agent = answerer().agent_fields(body)
+    task = tasks.TemplateTask(messages, tools=agent["tools"], template_kwargs=agent["template_kwargs"],
+                              continue_final=continue_final, add_generation_prompt=add_prompt,
+                              tool_choice=agent["tool_choice"])
     return jsonify(_result(body, task))
 
 

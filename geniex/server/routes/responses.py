@@ -57,6 +57,7 @@ def chat_body(body):
     fmt = text_format(body)
     if fmt is not None:
         out["response_format"] = fmt
+    out["reasoning_format"] = "none"    # the answer's text as the model wrote it
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
     out["stream"] = bool(body.get("stream"))

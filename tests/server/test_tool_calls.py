@@ -1,0 +1,305 @@
+"""Tool calls and reasoning through the real server, per chat-template family.
+
+Each family's model is the demo model with that family's template written in
+(tests/support/tool_templates.py). The model is asked to repeat a call in its family's
+format (greedy, so it answers the same every run); the server's answer must be exactly
+what the family's parser makes of the raw text the model wrote for the same prompt
+(``/apply-template`` then ``/v1/completions``), and hold the call that was asked for.
+"""
+import io
+import json
+
+import openai
+import pytest
+
+from geniex.engine import toolcalls
+from geniex.store import Store
+from serverproc import AppServer, check_shape
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"city": {"type": "string"}}}}}]
+SYSTEM = "You repeat the user's text exactly, nothing else."
+ASK = "Repeat the following text exactly, with nothing before it:\n"
+
+# family -> (what the model is asked to repeat, the calls expected: (name, arguments))
+CASES = {
+    "qwen3": ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+              '<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>',
+              [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]),
+    "llama3": ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+               [("get_weather", {"city": "Paris"})]),
+    "mistral": ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                '{"name": "get_weather", "arguments": {"city": "Rome"}}]',
+                [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]),
+    "gemma4": ('OK <|tool_call>call:get_weather{city:"Paris"}', [("get_weather", {"city": "Paris"})]),
+    "generic": ('{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}',
+                [("get_weather", {"city": "Paris"})]),
+}
+FAMILY_OF = {"qwen3": "hermes", "llama3": "llama3", "mistral": "mistral", "gemma4": "gemma4", "generic": "generic"}
+
+
+def name(family):
+    return f"test/demo-{family}:Q4_1"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tool_models):
+    data = tmp_path_factory.mktemp("tool-calls")
+    store = Store(data)
+    for family, path in tool_models.items():
+        store.pull(name(family), local_path=path, out=io.StringIO(), interactive=False)
+    with AppServer(data, nctx=2048) as s:
+        yield s
+
+
+def body(family, text, **extra):
+    return {"model": name(family), "max_tokens": 80, "tools": TOOLS,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK + text}], **extra}
+
+
+def ok(r):
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def raw_answer(server, request):
+    """What the model writes for ``request``'s prompt, unparsed: the template's prompt
+    (with the tools) continued as a raw completion."""
+    prompt = ok(server.post("/apply-template", request))["prompt"]
+    return ok(server.post("/v1/completions", {"model": request["model"], "prompt": prompt,
+                                               "max_tokens": request["max_tokens"]}))["choices"][0]["text"]
+
+
+def calls_of(message):
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message.get("tool_calls") or []]
+
+
+def streamed(events):
+    """A streamed chat answer put back together: (content, reasoning, calls, finish)."""
+    content, reasoning, calls, finish = "", "", {}, None
+    for e in events:
+        check_shape(e, "ChatCompletionChunk")
+        if not e["choices"]:
+            continue
+        choice = e["choices"][0]
+        delta = choice["delta"]
+        content += delta.get("content") or ""
+        reasoning += delta.get("reasoning_content") or ""
+        for part in delta.get("tool_calls") or ():
+            i = part["index"]
+            if i not in calls:
+                # The first delta of a call: its id, name and empty arguments.
+                assert part["id"].startswith("call_") and part["type"] == "function", part
+                assert part["function"]["arguments"] == ""
+                calls[i] = {"id": part["id"], "name": part["function"]["name"], "arguments": ""}
+            else:
+                assert "id" not in part and "name" not in part.get("function", {})
+                calls[i]["arguments"] += part["function"]["arguments"]
+        finish = choice["finish_reason"] or finish
+    assert sorted(calls) == list(range(len(calls)))
+    return content, reasoning, [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())], finish
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_each_family_s_calls_are_parsed_from_the_answer(server, family):
+    text, expected = CASES[family]
+    request = body(family, text)
+    raw = raw_answer(server, request)
+    content, _, calls = toolcalls.parse(raw, toolcalls.FAMILIES[FAMILY_OF[family]]())
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == expected, raw
+
+    answer = ok(server.chat(request))
+    check_shape(answer, "ChatCompletion")
+    message, finish = answer["choices"][0]["message"], answer["choices"][0]["finish_reason"]
+    assert calls_of(message) == expected
+    assert finish == "tool_calls"
+    assert message["content"] == (content if content.strip() else None)
+    assert all(c["id"].startswith("call_") and c["type"] == "function" for c in message["tool_calls"])
+    assert len({c["id"] for c in message["tool_calls"]}) == len(expected)
+
+    s_content, _, s_calls, s_finish = streamed(server.stream("/v1/chat/completions", request))
+    assert (s_content, s_calls, s_finish) == (content, expected, "tool_calls")
+
+
+def test_text_before_a_call_streams_before_the_call(server):
+    request = body("gemma4", CASES["gemma4"][0])
+    events = server.stream("/v1/chat/completions", request)
+    kinds = [("content" if e["choices"][0]["delta"].get("content") else "call")
+             for e in events if e["choices"] and (e["choices"][0]["delta"].get("content")
+                                                  or e["choices"][0]["delta"].get("tool_calls"))]
+    assert kinds[0] == "content" and "call" in kinds and kinds.index("call") > 0
+    assert streamed(events)[0] == "OK "
+
+
+def test_tool_choice_none_shows_no_tools_and_parses_nothing(server):
+    request = body("qwen3", CASES["qwen3"][0])
+    with_tools = ok(server.post("/apply-template", request))["prompt"]
+    without = ok(server.post("/apply-template", {**request, "tool_choice": "none"}))["prompt"]
+    assert "get_weather" in with_tools.split("Repeat")[0] and without.split("Repeat")[0].count("get_weather") == 0
+    answer = ok(server.chat({**request, "tool_choice": "none"}))["choices"][0]
+    assert "tool_calls" not in answer["message"] and answer["finish_reason"] != "tool_calls"
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call(server):
+    answer = ok(server.chat(body("mistral", CASES["mistral"][0], parallel_tool_calls=False)))["choices"][0]
+    assert calls_of(answer["message"]) == CASES["mistral"][1][:1]
+
+
+def test_text_that_is_not_a_call_is_content(server):
+    # The generic family reads a JSON answer as a call only in its call shapes.
+    request = body("generic", '{"weather": "sunny"}')
+    raw = raw_answer(server, request)
+    answer = ok(server.chat(request))["choices"][0]
+    assert answer["message"]["content"] == raw and "tool_calls" not in answer["message"]
+    assert answer["finish_reason"] == "stop"
+
+
+def test_a_template_without_tools_gets_them_described(server, demo_model):
+    # The think template renders no tools: they reach the model in a system message,
+    # in the generic format, as llama.cpp's server polyfills them.
+    request = body("think", "hello")
+    prompt = ok(server.post("/apply-template", request))["prompt"]
+    assert "get_weather" in prompt and '"tool_call"' in prompt
+
+
+def test_a_conversation_with_calls_and_results_renders(server):
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": "Ask the tool."},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    prompt = ok(server.post("/apply-template", {"model": name("qwen3"), "messages": messages, "tools": TOOLS}))["prompt"]
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
+    assert "<tool_response>\nsunny\n</tool_response>" in prompt and "<think>Ask the tool.</think>" in prompt
+    answer = ok(server.chat({"model": name("qwen3"), "messages": messages, "tools": TOOLS, "max_tokens": 8}))
+    check_shape(answer, "ChatCompletion")
+
+
+# -- reasoning ----------------------------------------------------------------------------
+THINK = "<think>weather</think>sunny"
+
+
+def test_reasoning_formats(server):
+    request = body("qwen3", THINK)
+    del request["tools"]
+    raw = raw_answer(server, request)
+    assert raw.startswith("<think>"), raw
+    thought, rest = raw[len("<think>"):].split("</think>", 1)
+    for fmt, content, reasoning in (("none", raw, None), ("deepseek", rest.lstrip(), thought),
+                                    ("auto", rest.lstrip(), thought), (None, rest.lstrip(), thought),
+                                    ("deepseek-legacy", raw, thought)):
+        extra = {} if fmt is None else {"reasoning_format": fmt}
+        message = ok(server.chat({**request, **extra}))["choices"][0]["message"]
+        assert message["content"] == content and message.get("reasoning_content") == reasoning, fmt
+        s_content, s_reasoning, _, _ = streamed(server.stream("/v1/chat/completions", {**request, **extra}))
+        if fmt == "deepseek-legacy":
+            assert (s_content, s_reasoning) == (raw, "")        # streamed: in content only
+        else:
+            assert (s_content, s_reasoning or None) == (content, reasoning), fmt
+
+
+def test_a_block_the_prompt_opened_is_reasoning(server):
+    request = {"model": name("think"), "max_tokens": 12, "messages": [{"role": "user", "content": "Hi"}]}
+    prompt = ok(server.post("/apply-template", request))["prompt"]
+    assert prompt.endswith("<think>\n")
+    raw = raw_answer(server, request)
+    message = ok(server.chat(request))["choices"][0]["message"]
+    if "</think>" in raw:
+        thought, rest = raw.split("</think>", 1)
+        assert (message.get("reasoning_content"), message["content"]) == (thought, rest.lstrip())
+    else:
+        assert (message.get("reasoning_content"), message["content"]) == (raw, "")
+    assert ok(server.chat({**request, "reasoning_format": "none"}))["choices"][0]["message"]["content"] == raw
+
+
+def test_enable_think_reaches_the_template(server):
+    request = {"model": name("qwen3"), "messages": [{"role": "user", "content": "Hi"}]}
+    off = ok(server.post("/apply-template", {**request, "enable_think": False}))["prompt"]
+    assert off.endswith("<think>\n\n</think>\n\n")
+    kwargs = ok(server.post("/apply-template", {**request, "chat_template_kwargs": {"enable_thinking": False}}))
+    assert kwargs["prompt"] == off
+    assert not ok(server.post("/apply-template", {**request, "enable_think": True}))["prompt"].endswith("</think>\n\n")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("reasoning_format", "deepseek2"), ("reasoning_format", 1), ("enable_think", "yes"),
+    ("tool_choice", "sometimes"), ("tool_choice", {"type": "function", "function": {"name": "nope"}}),
+    ("tool_choice", {"type": "function"}),
+    ("tools", [{"type": "retrieval"}]), ("tools", [{"type": "function", "function": {}}]),
+    ("parallel_tool_calls", "no"), ("chat_template_kwargs", [1]),
+])
+def test_invalid_values_are_400s_naming_the_field(server, field, value):
+    request = body("qwen3", "hi", **{field: value})
+    r = server.chat(request)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"].startswith(field) and field in error["message"]
+
+
+def test_required_with_no_tools_or_with_a_grammar_is_a_400(server):
+    r = server.chat({**body("qwen3", "hi", tool_choice="required"), "tools": None})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+    r = server.chat(body("qwen3", "hi", tool_choice="required", response_format={"type": "json_object"}))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+
+
+# -- tool_choice required / named: the answer constrained to calls ----------------------------
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {
+    "name": "get_time", "description": "The time in a zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_required_and_named_choices_are_enforced(server, family):
+    base = {"model": name(family), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
+            "parallel_tool_calls": False}
+    for choice, names in (("required", {"get_weather", "get_time"}),
+                          ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})):
+        answer = ok(server.chat({**base, "tool_choice": choice}))["choices"][0]
+        assert answer["finish_reason"] == "tool_calls", answer
+        calls = answer["message"]["tool_calls"]
+        assert len(calls) == 1 and calls[0]["function"]["name"] in names
+        args = json.loads(calls[0]["function"]["arguments"])
+        key = "city" if calls[0]["function"]["name"] == "get_weather" else "zone"
+        assert set(args) == {key} and isinstance(args[key], str)     # the tool's schema, nothing else
+        s_content, _, s_calls, s_finish = streamed(server.stream("/v1/chat/completions", {**base, "tool_choice": choice}))
+        assert s_calls == calls_of(answer["message"]) and s_finish == "tool_calls"
+
+
+def test_enforced_calls_are_the_same_with_speculation(server):
+    # The grammar constrains every verify row: drafting changes nothing in the answer.
+    base = {"model": name("qwen3"), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
+            "tool_choice": "required"}
+    plain = ok(server.chat(base))["choices"][0]["message"]
+    drafted = ok(server.chat({**base, "spec_type": "ngram-mod", "spec_draft_policy": "fixed"}))["choices"][0]["message"]
+    assert calls_of(drafted) == calls_of(plain) and drafted["content"] == plain["content"]
+
+
+def test_enable_think_and_kwargs_that_disagree_are_a_400(server):
+    r = server.chat(body("qwen3", "hi", enable_think=True, chat_template_kwargs={"enable_thinking": False}))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "enable_think"
+
+
+# -- the official OpenAI SDK ----------------------------------------------------------------
+def test_openai_sdk_gets_tool_calls(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    text, expected = CASES["qwen3"]
+    request = body("qwen3", text)
+    completion = client.chat.completions.create(model=request["model"], messages=request["messages"],
+                                                tools=TOOLS, max_tokens=80)
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == expected
+
+    calls = {}
+    finish = None
+    with client.chat.completions.stream(model=request["model"], messages=request["messages"], tools=TOOLS,
+                                        max_tokens=80) as stream:
+        for event in stream:
+            if event.type == "tool_calls.function.arguments.done":
+                calls[event.index] = (event.name, json.loads(event.arguments))
+        final = stream.get_final_completion()
+        finish = final.choices[0].finish_reason
+    assert [calls[i] for i in sorted(calls)] == expected and finish == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in final.choices[0].message.tool_calls] == expected
