@@ -15,7 +15,9 @@ a busy machine as on a quiet one. Printed per workload:
 - **predicted** speed-up over plain (plain's one-row decodes / the speculative steps'
   cost) and the **ceiling** of a drafter that copies perfectly: every copyable token (the
   4 tokens before it and it occurred before: in the prompt, an earlier request, the answer
-  so far) drafted, in the cheapest steps the curve allows, nothing else drafted;
+  so far) drafted, in the cheapest steps the curve allows, nothing else drafted; between
+  them, the **perfect policy**: the same drafter, each draft verified exactly as far as
+  it is right (where that pays), i.e. the draft policy if it knew where each copy ends;
 - the speculative answer's **cost split**: steps that verified no draft (one row each),
   the accepted part of drafted steps (what the step would have cost with only its right
   drafts), and **rejected tails** (the rows after the first wrong draft token);
@@ -154,6 +156,7 @@ def replay(args):
         t.copyable += sum(flags)
         t.ceiling += _ceiling(flags, cost, longest) + (len(sampled) - answer_len)
         memory += list(prompt) + list(sampled)
+    perfect = _perfect_policy(reqs, n_vocab, eog, ngram.make(method, SpecOptions(types=(method,))), cost)
 
     rows_out, geo = [], {}
     for w in chosen:
@@ -163,14 +166,15 @@ def replay(args):
         spent = t.plain_cost + t.kept_cost + t.tail_cost
         geo.setdefault(w.kind, []).append(t.plain / spent)
         rows_out.append([
-            w.name, w.kind, t.tokens, f2(t.plain / spent), f2(t.plain / t.ceiling),
+            w.name, w.kind, t.tokens, f2(t.plain / spent), f2(perfect[w.name]), f2(t.plain / t.ceiling),
             f"{t.plain_steps}", f"{t.draft_steps}", f2(t.draft_rows / t.draft_steps) if t.draft_steps else "-",
             f"{t.plain_cost:.0f}", f"{t.kept_cost:.1f}", f"{t.tail_cost:.1f} ({t.tail_rows})",
             t.copyable, t.misses, t.short, t.wrong, t.blind])
     print("# verify cost (one-row decodes) by rows: " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items())))
     print(f"# {method} (policy {args.policy}), {args.rounds} rounds{' (quick)' if args.quick else ''}; "
           "costs in one-row decodes\n")
-    print(table(["workload", "kind", "tokens", "predicted x plain", "ceiling x plain", "1-row steps",
+    print(table(["workload", "kind", "tokens", "predicted x plain", "perfect policy x plain", "ceiling x plain",
+                 "1-row steps",
                  "drafted steps", "rows/drafted step", "cost: 1-row steps", "cost: accepted part",
                  "cost: rejected tails (rows)", "copyable", "missed (no draft)", "short draft",
                  "wrong draft", "drafted on nothing"], rows_out))
@@ -179,6 +183,72 @@ def replay(args):
         f"{k} {f2(geo_mean(v))}" for k, v in geo.items()) + f", work that does not repeat {f2(geo_mean(fresh))}, "
         f"lowest {f2(min(fresh, default=float('nan')))}")
     return 0
+
+
+class _Knowing:
+    """The drafter, telling :class:`_PerfectPolicy` how many of its draft tokens the
+    answer (known in a replay) goes on with."""
+
+    def __init__(self, drafter, state):
+        self.d, self.state, self.name = drafter, state, drafter.name
+
+    def begin(self, *a):
+        self.d.begin(*a)
+
+    def observe(self, *a):
+        self.d.observe(*a)
+
+    def propose(self, history, n_past, room):
+        draft = self.d.propose(history, n_past, room)
+        seq, ok = self.state["sequence"], 0
+        while ok < len(draft.tokens) and n_past + 1 + ok < len(seq) and seq[n_past + 1 + ok] == draft.tokens[ok]:
+            ok += 1
+        self.state["right"] = ok
+        return draft
+
+
+class _PerfectPolicy:
+    """Verifies exactly the right part of each draft, where that pays on the curve: what
+    the draft policy would do if it knew where each copy ends."""
+
+    name = "perfect"
+
+    def __init__(self, state, cost):
+        self.state, self.cost = state, cost
+
+    def cap(self, room):
+        return room
+
+    def take(self, method, offered, grade=0, probs=None):
+        best, rate = 0, 1.0
+        for k in range(1, min(self.state["right"], offered) + 1):
+            if (k + 1) / self.cost[k + 1] > rate:
+                best, rate = k, (k + 1) / self.cost[k + 1]
+        return best
+
+    def observe(self, *a, **k):
+        pass
+
+
+def _perfect_policy(reqs, n_vocab, eog, drafter, cost):
+    """{workload: plain cost / cost} with the same drafter and a policy that knows the
+    answer: the part of the gap to the ceiling that is the policy's not knowing where a
+    copy ends (the rest is the drafter's)."""
+    from geniex.engine.loop import GenOptions
+    from geniex.engine.replay import ReplayTarget
+    from geniex.engine.sampling import SamplingParams
+    state = {"sequence": [], "right": 0}
+    knowing, policy, out = _Knowing(drafter, state), _PerfectPolicy(state, cost), {}
+    for wl, prompt, sampled, n_tokens, measured in reqs:
+        state["sequence"] = list(prompt) + list(sampled)
+        target = ReplayTarget(state["sequence"], n_vocab, eog)
+        spent = sum(cost[len(step.drafted) + 1] for step in target.steps(
+            prompt, GenOptions(max_tokens=n_tokens, sampling=SamplingParams(seed=1)), knowing, None, None, policy))
+        if measured:
+            rec = out.setdefault(wl.name, [0, 0.0])
+            rec[0] += len(sampled)
+            rec[1] += spent
+    return {name: plain / spent for name, (plain, spent) in out.items()}
 
 
 class Split:
