@@ -54,7 +54,7 @@ ROWS = (1, 2, 4, 8, 16)
 REPEATS = 5           # decodes of each size when calibrating (the fastest counts)
 # Part of the calibration cache's key: curves measured the way this version measures them
 # (sizes taking turns) replace those measured before (each size's decodes in one burst).
-CALIBRATION = "v2"
+CALIBRATION = "v3"
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
 KEEP = 64             # calibration entries kept on disk
@@ -231,10 +231,17 @@ def calibrate(ctx, batch, token, repeats=REPEATS):
     The sizes take turns (1, 2, 4, 8, 16 rows, then again), so that a slow spell of the
     machine falls on every size alike instead of on the few decodes of one size: three
     one-row decodes measured during a neighbour's burst made every batch look cheap, and
-    the curve is cached for the model. The result is then made :func:`plausible`."""
+    the curve is cached for the model. Each timed decode follows a one-row decode, as in
+    an answer. The result is then made :func:`plausible`."""
     times = dict.fromkeys(ROWS, float("inf"))
     for _ in range(repeats):
         for r in ROWS:
+            # Each timed decode follows a one-row decode, as in an answer: a one-row step
+            # after another reuses its graph (plain decoding's case), a verify batch
+            # follows a step of another size and builds its own (a few percent of a
+            # one-row decode on the demo model).
+            ctx.clear()
+            ctx.decode(batch.fill([token], 0, all_logits=True))
             ctx.clear()
             batch.fill([token] * r, 0, all_logits=True)
             t0 = time.perf_counter()
