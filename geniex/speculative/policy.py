@@ -51,7 +51,7 @@ DECAY = 0.95          # weight of the past in the acceptance counts, per step
 # first sighting (ngram-mod's drafts carry per-token probabilities, which decide instead).
 PRIORS = {0: (2.0, 1.0), 1: (2.0, 1.0), 2: (2.5, 0.5), 3: (2.75, 0.25), 4: (2.95, 0.05)}
 ROWS = (1, 2, 4, 8, 16)
-REPEATS = 5           # decodes of each size when calibrating (the fastest counts)
+REPEATS = 3           # decodes of each size when calibrating (the fastest counts)
 # Part of the calibration cache's key: curves measured the way this version measures them
 # (sizes taking turns) replace those measured before (each size's decodes in one burst).
 CALIBRATION = "v3"
