@@ -178,7 +178,7 @@ class Session:
         once, then read from the data dir's calibration cache."""
         st = Path(self.model.path).stat()
         key = (f"{Path(self.model.path).resolve()}|{st.st_size}|{int(st.st_mtime)}|{threads}/"
-               f"{threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}")
+               f"{threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}|{policy.CALIBRATION}")
         cache = policy.CalibrationCache(config.data_dir(self.options.data_dir) / "calibration.json")
         found = cache.get(key)
         if found is None:

@@ -51,6 +51,10 @@ DECAY = 0.95          # weight of the past in the acceptance counts, per step
 # first sighting (ngram-mod's drafts carry per-token probabilities, which decide instead).
 PRIORS = {0: (2.0, 1.0), 1: (2.0, 1.0), 2: (2.5, 0.5), 3: (2.75, 0.25), 4: (2.95, 0.05)}
 ROWS = (1, 2, 4, 8, 16)
+REPEATS = 3           # decodes of each size when calibrating (the fastest counts)
+# Part of the calibration cache's key: curves measured the way this version measures them
+# (sizes taking turns) replace those measured before (each size's decodes in one burst).
+CALIBRATION = "v3"
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
 KEEP = 64             # calibration entries kept on disk
@@ -91,9 +95,9 @@ class GainPolicy:
         context's own thread setting ("all"); ``others``: {setting name: costs} for the
         settings a thread governor may move the context to, and ``setting`` a callable
         naming the current one (the curve then follows it)."""
-        self.costs = {int(r): float(c) for r, c in costs.items()}
+        self.costs = plausible({int(r): float(c) for r, c in costs.items()})
         self.one_row = max(one_row_seconds, 1e-6)
-        self.curves = {name: {int(r): float(c) for r, c in curve.items()}
+        self.curves = {name: plausible({int(r): float(c) for r, c in curve.items()})
                        for name, curve in (others or {}).items()}
         self.curves["all"] = self.costs
         self.setting = setting or (lambda: "all")
@@ -219,23 +223,44 @@ def _interpolate(costs, rows):
     return c1 + (c1 - c0) * (rows - r1) / (r1 - r0)
 
 
-def calibrate(ctx, batch, token, repeats=3):
+def calibrate(ctx, batch, token, repeats=REPEATS):
     """Measure the verify cost curve on ``ctx`` (empty on entry and on exit): returns
     ``({rows: time / one-row time}, one-row seconds)`` for rows in :data:`ROWS`, each the
-    fastest of ``repeats`` decodes (a busy neighbour only ever slows a decode down)."""
-    times = {}
-    for r in ROWS:
-        samples = []
-        for _ in range(repeats):
+    fastest of ``repeats`` decodes (a busy neighbour only ever slows a decode down).
+
+    The sizes take turns (1, 2, 4, 8, 16 rows, then again), so that a slow spell of the
+    machine falls on every size alike instead of on the few decodes of one size: three
+    one-row decodes measured during a neighbour's burst made every batch look cheap, and
+    the curve is cached for the model. Each timed decode follows a one-row decode, as in
+    an answer. The result is then made :func:`plausible`."""
+    times = dict.fromkeys(ROWS, float("inf"))
+    for _ in range(repeats):
+        for r in ROWS:
+            # Each timed decode follows a one-row decode, as in an answer: a one-row step
+            # after another reuses its graph (plain decoding's case), a verify batch
+            # follows a step of another size and builds its own (a few percent of a
+            # one-row decode on the demo model).
+            ctx.clear()
+            ctx.decode(batch.fill([token], 0, all_logits=True))
             ctx.clear()
             batch.fill([token] * r, 0, all_logits=True)
             t0 = time.perf_counter()
             ctx.decode(batch)
-            samples.append(time.perf_counter() - t0)
-        times[r] = min(samples)
+            times[r] = min(times[r], time.perf_counter() - t0)
     ctx.clear()
     one = times[1]
-    return {r: times[r] / one for r in ROWS}, one
+    return plausible({r: times[r] / one for r in ROWS}), one
+
+
+def plausible(costs):
+    """A measured curve made monotone: a batch never costs less than a smaller one (it
+    does all of that one's work and more), and no batch less than a one-row decode; a
+    point below that was measured in a quiet instant of a busy machine (or the smaller
+    batch in a slow one) and is raised to it."""
+    out, floor = {}, 1.0
+    for r in sorted(costs):
+        out[r] = floor = max(float(costs[r]), floor)
+    return out
 
 
 class CalibrationCache:

@@ -154,3 +154,15 @@ def test_ngram_mod_probabilities_size_its_draft():
     long_match = [1 - 1 / m for m in range(30, 46)]
     assert GainPolicy(demo, 0.007).take("ngram-mod", 16, probs=long_match) >= 12
     assert GainPolicy(demo, 0.007).take("ngram-mod", 16, probs=[0.0] * 4 + [0.8] * 12) == 0
+
+
+def test_a_curve_is_made_monotone():
+    """A batch measured cheaper than a smaller one (a quiet instant of a busy machine) is
+    raised to it; a curve that already rises is kept as measured."""
+    from geniex.speculative.policy import plausible
+    assert plausible({1: 1.0, 2: 2.0, 4: 1.7, 8: 4.2, 16: 3.9}) == {1: 1.0, 2: 2.0, 4: 2.0, 8: 4.2, 16: 4.2}
+    assert plausible({1: 1.0, 2: 0.8, 4: 1.07}) == {1: 1.0, 2: 1.0, 4: 1.07}
+    demo = {1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87}
+    assert plausible(demo) == demo
+    # The policy prices drafts from the monotone curve.
+    assert GainPolicy({1: 1.0, 2: 0.8, 4: 1.07, 8: 1.8, 16: 3.27}, 0.007).verify_cost(1) == 1.0

@@ -17,7 +17,7 @@ def bench_path(monkeypatch):
     """tools/bench on sys.path, as its scripts have it (they import each other by name)."""
     monkeypatch.syspath_prepend(str(BENCH))
     for name in [m for m in sys.modules if m == "workloads" or m.startswith("workloads.")
-                 or m in ("report", "configs", "counts")]:
+                 or m in ("report", "configs", "counts", "profile_steps")]:
         monkeypatch.delitem(sys.modules, name)
 
 
@@ -109,6 +109,22 @@ def test_other_texts_and_differing_tokens_are_said(bench_path):
     # The headline's geometric mean is over the workloads that do not repeat, per kind too.
     row = next(line for line in section.splitlines() if line.startswith("| geniex ngram-mod / geniex plain"))
     assert re.search(r"\| 1\.41 \| 2\.00 \| 1\.00 \| 1\.00 \(prose\) \|", row), row
+
+
+@pytest.mark.fast
+def test_the_profiles_ceiling_is_the_cheapest_way_to_draft_the_copyable_tokens(bench_path):
+    """profile_steps' ceiling: each step commits the target's own token plus up to
+    longest - 1 drafts, all copyable; on a curve where a row is free the best is one
+    step per copyable run, and on one where rows cost as much as decodes nothing pays."""
+    from profile_steps import _ceiling
+    free = [0.0, 1.0] + [1.0] * 40
+    flags = [False, True, True, True, False, False, True, True]
+    # steps: t0; t1..t3 drafted and t4; t5; t6..t7 drafted and the end token (whose
+    # step the caller counts) -> 3
+    assert _ceiling(flags, free, 17) == 3.0
+    assert _ceiling(flags, free, 2) == 5.0        # one draft per step at most
+    dear = [0.0] + [float(r) for r in range(1, 42)]
+    assert _ceiling(flags, dear, 17) == len(flags)  # as plain decoding
 
 
 @pytest.mark.fast

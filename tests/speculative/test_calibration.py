@@ -1,0 +1,37 @@
+"""The draft policy's verify cost curve, measured on the demo model when it loads."""
+import json
+from pathlib import Path
+
+from geniex.engine.session import LoadOptions, Session
+from geniex.speculative import policy
+from geniex.speculative.options import SpecOptions
+
+
+def test_calibration_measures_every_size_and_leaves_the_context_empty(demo_model, tmp_path):
+    s = Session(demo_model, LoadOptions(nctx=512, threads=1, threads_batch=1, data_dir=tmp_path,
+                                        spec=SpecOptions(types=("ngram-mod",))))
+    try:
+        costs, one = policy.calibrate(s.ctx, s.batch, 1, repeats=2)
+        assert sorted(costs) == list(policy.ROWS)
+        assert costs[1] == 1.0 and one > 0
+        assert all(costs[a] <= costs[b] for a, b in zip(policy.ROWS, policy.ROWS[1:]))
+        assert s.ctx.pos_max() < 0               # nothing left in the KV cache
+    finally:
+        s.close()
+
+
+def test_a_curve_cached_by_the_old_measurement_is_measured_again(demo_model, tmp_path):
+    """Curves cached before the sizes took turns (each size's decodes in one burst: a
+    neighbour's burst could fall on the one-row decodes alone) are not used."""
+    st = Path(demo_model).stat()
+    old_key = f"{Path(demo_model).resolve()}|{st.st_size}|{int(st.st_mtime)}|1/1|q8_0/q8_0"
+    absurd = {"1": 1.0, "2": 40.0, "4": 41.0, "8": 42.0, "16": 43.0}
+    (tmp_path / "calibration.json").write_text(json.dumps({old_key: {"costs": absurd, "one_row": 0.01}}))
+    s = Session(demo_model, LoadOptions(nctx=512, threads=1, threads_batch=1, data_dir=tmp_path,
+                                        adaptive_threads=False, spec=SpecOptions(types=("ngram-mod",))))
+    try:
+        assert s.policy.costs[2] < 40.0
+        cached = json.loads((tmp_path / "calibration.json").read_text())
+        assert any(k.endswith(f"|{policy.CALIBRATION}") for k in cached)
+    finally:
+        s.close()
