@@ -44,7 +44,7 @@ def demo_q4_0(demo_model, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tool_models(demo_model, tmp_path_factory):
-    """The demo model with a tools/think-capable chat template per tool-call family
+    """The demo model with a chat template that renders tools and thoughts per tool-call family
     (tests/support/tool_templates.py): ``{family: path}``; ``qwen3`` is the shared
     tool-calling model."""
     import tool_templates
