@@ -140,7 +140,8 @@ class Session:
                 found = policy.calibrate(self.ctx, self.batch, tok)
             finally:
                 self.ctx.set_threads(self.threads, self.threads_batch)
-            cache.put(key, found)
+            if not policy.stalled(found[0]):
+                cache.put(key, found)        # a curve measured during stalls is for this load only
         return found
 
     def reset(self, drafts=False):
