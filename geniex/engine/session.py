@@ -140,8 +140,7 @@ class Session:
                 found = policy.calibrate(self.ctx, self.batch, tok)
             finally:
                 self.ctx.set_threads(self.threads, self.threads_batch)
-            if not policy.stalled(found[0]):
-                cache.put(key, found)        # a curve measured during stalls is for this load only
+            cache.put(key, found, stalled=policy.stalled(found[0]))   # stalled: measured again next load
         return found
 
     def reset(self, drafts=False):

@@ -235,7 +235,7 @@ def calibrate(ctx, batch, token, repeats=REPEATS):
     one-row decodes measured during a neighbour's burst made every batch look cheap, and
     the curve is cached for the model. Each timed decode follows a one-row decode, as in
     an answer. The policy prices drafts by the curve made :func:`plausible`; a
-    :func:`stalled` one is not cached."""
+    :func:`stalled` one is measured again at the next load."""
     times = dict.fromkeys(ROWS, float("inf"))
     for _ in range(repeats):
         for r in ROWS:
@@ -271,7 +271,7 @@ def plausible(costs):
 def stalled(costs):
     """Whether a measured curve shows multi-threaded batches stalling (some batch costing
     well over its rows decoded one at a time): such a curve is used for the load it was
-    measured at, never cached."""
+    measured at, and measured again at the next one."""
     return any(float(c) > STALLED * int(r) for r, c in costs.items())
 
 
@@ -292,18 +292,25 @@ class CalibrationCache:
             return {}
 
     def get(self, key):
-        """``(costs, one_row_seconds)`` or None."""
+        """``(costs, one_row_seconds)`` or None (also for a curve measured during stalls:
+        it is measured again)."""
         value = self._load().get(key)
+        if isinstance(value, dict) and value.get("stalled"):
+            return None
         try:
             costs, one = value["costs"], float(value["one_row"])
             return {int(r): float(c) for r, c in costs.items()}, one
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
 
-    def put(self, key, value):
+    def put(self, key, value, stalled=False):
+        """Keep ``value`` = ``(costs, one_row_seconds)``; a ``stalled`` one only until the
+        next load measures again."""
         data = self._load()
         data.pop(key, None)
         data[key] = {"costs": {str(r): c for r, c in value[0].items()}, "one_row": value[1]}
+        if stalled:
+            data[key]["stalled"] = True
         data = dict(list(data.items())[-KEEP:])
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:

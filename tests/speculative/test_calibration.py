@@ -35,3 +35,13 @@ def test_a_curve_cached_by_the_old_measurement_is_measured_again(demo_model, tmp
         assert any(k.endswith(f"|{policy.CALIBRATION}") for k in cached)
     finally:
         s.close()
+
+
+def test_a_curve_measured_during_stalls_is_measured_again(tmp_path):
+    """A cached curve marked as measured during stalls (a batch far above its rows decoded
+    one at a time) is not used: the next load measures again."""
+    cache = policy.CalibrationCache(tmp_path / "calibration.json")
+    cache.put("k", ({1: 1.0, 2: 9.0}, 0.01), stalled=True)
+    assert cache.get("k") is None
+    cache.put("k", ({1: 1.0, 2: 1.9}, 0.01))
+    assert cache.get("k") == ({1: 1.0, 2: 1.9}, 0.01)
