@@ -188,7 +188,7 @@ class Session:
                 found = policy.calibrate(self.ctx, self.batch, tok)
             finally:
                 self.ctx.set_threads(self.threads, self.threads_batch)
-            cache.put(key, found)
+            cache.put(key, found, stalled=policy.stalled(found[0]))   # stalled: measured again next load
         return found
 
     def reset(self, drafts=False):

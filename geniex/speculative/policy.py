@@ -55,6 +55,7 @@ REPEATS = 3           # decodes of each size when calibrating (the fastest count
 # Part of the calibration cache's key: curves measured the way this version measures them
 # (sizes taking turns) replace those measured before (each size's decodes in one burst).
 CALIBRATION = "v3"
+STALLED = 1.5         # a batch measured above this many times its rows: a stall, not a cost
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
 KEEP = 64             # calibration entries kept on disk
@@ -95,7 +96,8 @@ class GainPolicy:
         context's own thread setting ("all"); ``others``: {setting name: costs} for the
         settings a thread governor may move the context to, and ``setting`` a callable
         naming the current one (the curve then follows it)."""
-        self.costs = plausible({int(r): float(c) for r, c in costs.items()})
+        self.measured = {int(r): float(c) for r, c in costs.items()}   # as measured (the bench reports it)
+        self.costs = plausible(self.measured)
         self.one_row = max(one_row_seconds, 1e-6)
         self.curves = {name: plausible({int(r): float(c) for r, c in curve.items()})
                        for name, curve in (others or {}).items()}
@@ -232,7 +234,8 @@ def calibrate(ctx, batch, token, repeats=REPEATS):
     machine falls on every size alike instead of on the few decodes of one size: three
     one-row decodes measured during a neighbour's burst made every batch look cheap, and
     the curve is cached for the model. Each timed decode follows a one-row decode, as in
-    an answer. The result is then made :func:`plausible`."""
+    an answer. The policy prices drafts by the curve made :func:`plausible`; a
+    :func:`stalled` one is measured again at the next load."""
     times = dict.fromkeys(ROWS, float("inf"))
     for _ in range(repeats):
         for r in ROWS:
@@ -249,18 +252,27 @@ def calibrate(ctx, batch, token, repeats=REPEATS):
             times[r] = min(times[r], time.perf_counter() - t0)
     ctx.clear()
     one = times[1]
-    return plausible({r: times[r] / one for r in ROWS}), one
+    return {r: times[r] / one for r in ROWS}, one
 
 
 def plausible(costs):
-    """A measured curve made monotone: a batch never costs less than a smaller one (it
-    does all of that one's work and more), and no batch less than a one-row decode; a
-    point below that was measured in a quiet instant of a busy machine (or the smaller
-    batch in a slow one) and is raised to it."""
+    """A measured curve made physically possible: a batch never costs less than a smaller
+    one (it does all of that one's work and more), nor less than a one-row decode, nor
+    more than its rows decoded one at a time (which the loop could do instead, with the
+    same logits on the quantized KV cache). A point outside those bounds was measured in
+    a quiet instant or a stall of a busy machine (8 rows at 20 one-row decodes, while
+    other processes held both cores) and is clamped."""
     out, floor = {}, 1.0
     for r in sorted(costs):
-        out[r] = floor = max(float(costs[r]), floor)
+        out[r] = floor = min(max(float(costs[r]), floor), float(max(r, floor)))
     return out
+
+
+def stalled(costs):
+    """Whether a measured curve shows multi-threaded batches stalling (some batch costing
+    well over its rows decoded one at a time): such a curve is used for the load it was
+    measured at, and measured again at the next one."""
+    return any(float(c) > STALLED * int(r) for r, c in costs.items())
 
 
 class CalibrationCache:
@@ -280,18 +292,25 @@ class CalibrationCache:
             return {}
 
     def get(self, key):
-        """``(costs, one_row_seconds)`` or None."""
+        """``(costs, one_row_seconds)`` or None (also for a curve measured during stalls:
+        it is measured again)."""
         value = self._load().get(key)
+        if isinstance(value, dict) and value.get("stalled"):
+            return None
         try:
             costs, one = value["costs"], float(value["one_row"])
             return {int(r): float(c) for r, c in costs.items()}, one
         except (TypeError, KeyError, ValueError, AttributeError):
             return None
 
-    def put(self, key, value):
+    def put(self, key, value, stalled=False):
+        """Keep ``value`` = ``(costs, one_row_seconds)``; a ``stalled`` one only until the
+        next load measures again."""
         data = self._load()
         data.pop(key, None)
         data[key] = {"costs": {str(r): c for r, c in value[0].items()}, "one_row": value[1]}
+        if stalled:
+            data[key]["stalled"] = True
         data = dict(list(data.items())[-KEEP:])
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:

@@ -78,7 +78,8 @@ def test_the_measured_curve_decides():
     assert good.best("m", 8) >= 6
     poor = trained(GainPolicy(demo, 0.007), "m", 0.1, steps=80, k=8)
     assert poor.best("m", 8) == 0
-    assert GainPolicy(demo, 0.007).verify_cost(1) == pytest.approx(2.03)
+    # 2 rows are priced at most as two one-row decodes (the loop could decode them so).
+    assert GainPolicy(demo, 0.007).verify_cost(1) == pytest.approx(2.0)
     assert GainPolicy(demo, 0.007).verify_cost(31) == pytest.approx(7.87 + (7.87 - 4.19) * 16 / 8)
 
 
@@ -162,7 +163,18 @@ def test_a_curve_is_made_monotone():
     from geniex.speculative.policy import plausible
     assert plausible({1: 1.0, 2: 2.0, 4: 1.7, 8: 4.2, 16: 3.9}) == {1: 1.0, 2: 2.0, 4: 2.0, 8: 4.2, 16: 4.2}
     assert plausible({1: 1.0, 2: 0.8, 4: 1.07}) == {1: 1.0, 2: 1.0, 4: 1.07}
-    demo = {1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87}
+    demo = {1: 1.0, 2: 1.97, 4: 2.84, 8: 4.19, 16: 7.87}
     assert plausible(demo) == demo
+    # Never above the rows decoded one at a time: 8 rows at 20 decodes was a stall.
+    assert plausible({1: 1.0, 2: 4.5, 4: 9.0, 8: 20.1, 16: 30.0}) == {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0, 16: 16.0}
     # The policy prices drafts from the monotone curve.
     assert GainPolicy({1: 1.0, 2: 0.8, 4: 1.07, 8: 1.8, 16: 3.27}, 0.007).verify_cost(1) == 1.0
+
+
+def test_a_curve_with_stalls_is_not_kept():
+    """A batch measured well above its rows decoded one by one is a stall (another process
+    held a core while OpenMP threads spun): such a curve is not cached for the model."""
+    from geniex.speculative.policy import stalled
+    assert stalled({1: 1.0, 2: 1.22, 4: 2.0, 8: 20.12, 16: 30.0})
+    assert stalled({1: 1.0, 2: 3.5})
+    assert not stalled({1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87})

@@ -118,6 +118,7 @@ def measured_curve():
     s = open_session(from_gguf_path(demo_model_path()), LoadOptions(nctx=4096))
     try:
         costs, _one = policy.calibrate(s.ctx, s.batch, 1, repeats=5)
+        costs = policy.plausible(costs)
     finally:
         s.close()
     return costs

@@ -25,7 +25,7 @@ class Runner:
         if cfg.spec and self.s.drafter is None:
             raise SystemExit(f"{cfg.name}: speculative setup failed: {self.s.spec_notes}")
         # The verify cost curve the draft policy measured at load (rows -> one-row decodes).
-        costs = getattr(self.s.policy, "costs", None)
+        costs = getattr(self.s.policy, "measured", None)   # as measured: stalls show (bench warns)
         self.hello = {"model_bytes": self.s.model.size_bytes, "notes": self.s.spec_notes,
                       "threads": [self.s.threads, self.s.threads_batch],
                       "verify_cost": {str(r): c for r, c in costs.items()} if costs else None}

@@ -291,9 +291,9 @@ def render_report(data):
             rows.append([f"{name}: its draft policy, at load"] + [f2(curve[k]) for k in ("2", "4", "8", "16")])
         out += ["", "## Verify-batch check", "",
                 "A decode of k rows (logits on every row) in one-row decodes: measured once per round in the "
-                "plain worker, and by each of ours' speculative configurations when it loaded (the curve its "
-                "draft policy sizes drafts by). A 2-row batch far above its usual cost means stalled threads "
-                "(a busy machine).", "",
+                "plain worker, and by each of ours' speculative configurations when it loaded (as measured: its "
+                "draft policy sizes drafts by this curve, clamped to what a batch can cost). A 2-row batch far "
+                "above its usual cost means stalled threads (a busy machine).", "",
                 table(["measured", "2 rows", "4 rows", "8 rows", "16 rows"], rows)]
     return "\n".join(out) + "\n"
 
