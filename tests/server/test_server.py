@@ -145,10 +145,11 @@ def test_developer_role_and_content_parts(server):
 def test_image_parts_are_dropped_with_a_warning(server):
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, image]}]
-    r = server.chat({"model": VLM, "messages": messages, "max_tokens": 3, "spec_type": "ngram-mod"}).json()
-    assert r["warnings"] == ["speculative decoding is text-only: dropped 1 image/audio content part(s)"]
+    # The demo model first: the one the other tests leave loaded (a change reloads it).
     r = server.chat({"model": DEMO, "messages": messages, "max_tokens": 3}).json()
     assert "text-only model: dropped 1" in r["warnings"][0]
+    r = server.chat({"model": VLM, "messages": messages, "max_tokens": 3, "spec_type": "ngram-mod"}).json()
+    assert r["warnings"] == ["speculative decoding is text-only: dropped 1 image/audio content part(s)"]
     events = server.stream("/v1/chat/completions", {"model": VLM, "messages": messages, "max_tokens": 3})
     assert "no multimodal projector" in events[0]["warnings"][0]
 
