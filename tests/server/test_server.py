@@ -145,10 +145,11 @@ def test_developer_role_and_content_parts(server):
 def test_image_parts_are_dropped_with_a_warning(server):
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, image]}]
-    r = server.chat({"model": VLM, "messages": messages, "max_tokens": 3, "spec_type": "ngram-mod"}).json()
-    assert r["warnings"] == ["speculative decoding is text-only: dropped 1 image/audio content part(s)"]
+    # The demo model first: the one the other tests leave loaded (a change reloads it).
     r = server.chat({"model": DEMO, "messages": messages, "max_tokens": 3}).json()
     assert "text-only model: dropped 1" in r["warnings"][0]
+    r = server.chat({"model": VLM, "messages": messages, "max_tokens": 3, "spec_type": "ngram-mod"}).json()
+    assert r["warnings"] == ["speculative decoding is text-only: dropped 1 image/audio content part(s)"]
     events = server.stream("/v1/chat/completions", {"model": VLM, "messages": messages, "max_tokens": 3})
     assert "no multimodal projector" in events[0]["warnings"][0]
 
@@ -305,15 +306,17 @@ def test_the_openai_python_client(server):
     import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     assert DEMO in [m.id for m in client.models.list()]
-    reply = client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}],
-                                           max_completion_tokens=5, extra_body={"spec_type": "ngram-mod"})
-    assert reply.choices[0].message.content and reply.usage.completion_tokens <= 5
+    # Plain requests first, on the model the other tests leave loaded; the speculative
+    # one last (a settings change reloads the model).
     stream = client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}], max_tokens=5,
                                             stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[-1].usage.completion_tokens <= 5
     text = client.completions.create(model=DEMO, prompt="The capital of France is", max_tokens=3)
     assert text.choices[0].text.startswith(" Paris")
+    reply = client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Hi"}],
+                                           max_completion_tokens=5, extra_body={"spec_type": "ngram-mod"})
+    assert reply.choices[0].message.content and reply.usage.completion_tokens <= 5
     with pytest.raises(openai.NotFoundError, match="geniex pull"):
         client.chat.completions.create(model="nobody/nothing", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError, match="temperature"):
