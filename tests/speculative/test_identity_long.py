@@ -6,9 +6,16 @@ where every-core decoding used to stop being bitwise equal to verify rows. These
 run every drafting method at the shipped defaults (every physical core for one-row
 decodes and batches, q8_0 KV cache) with answers that run past position 512 and past
 1,024, greedy and seeded, and require the plain answer token for token.
+
+Each session answers the four cases in one fixed sequence without forgetting the
+conversation (:func:`answer_all`), as ``geniex infer`` does when asked again: a prompt is
+decoded once and its second sampling reuses it from the KV cache, and the longer prompt
+extends the shorter. The plain reference runs the same sequence, so both sides fill the
+cache the same way, and each answer's first token is still decoded by a verify step.
 """
 import pytest
 
+from geniex.config import physical_cores
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, Session
@@ -22,6 +29,9 @@ METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-c
 AT_DEFAULTS = "ngram-mod at its defaults"
 SAMPLINGS = {"greedy": SamplingParams(), "seeded": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=77)}
 ANSWER = 48
+# The default (every physical core), and at least two threads where the machine has one
+# core: the multi-thread decode paths are what these tests are about.
+THREADS = max(2, physical_cores())
 
 
 def long_prompt(session, n_tokens):
@@ -40,8 +50,8 @@ def long_prompt(session, n_tokens):
 
 @pytest.fixture(scope="module")
 def plain(demo_model):
-    s = Session(demo_model, LoadOptions(nctx=2048))
-    assert s.threads >= 2 or pytest.skip("one core only: nothing to prove about every-core decoding")
+    s = Session(demo_model, LoadOptions(nctx=2048, threads=THREADS, threads_batch=THREADS))
+    assert s.threads >= 2
     assert s.options.cache_type_k == s.options.cache_type_v == "q8_0"
     yield s
     s.close()
@@ -53,16 +63,30 @@ def prompts(plain):
     return {"past-512": long_prompt(plain, 480), "past-1024": long_prompt(plain, 1000)}
 
 
+# (prompt, sampling) in the order every session answers them.
+SEQUENCE = [(pname, sname) for pname in ("past-512", "past-1024") for sname in SAMPLINGS]
+
+
+def answer_all(session, prompts):
+    """The answers to :data:`SEQUENCE` on ``session`` from an empty cache, one after
+    the other in one conversation: {(prompt, sampling): Generation}."""
+    session.reset()
+    out = {}
+    for pname, sname in SEQUENCE:
+        gen = session.generate(prompts[pname], GenOptions(max_tokens=ANSWER, sampling=SAMPLINGS[sname]))
+        gen.run()
+        out[pname, sname] = gen
+    return out
+
+
 @pytest.fixture(scope="module")
 def reference(plain, prompts):
     out = {}
-    for pname, tokens in prompts.items():
-        for sname, sampling in SAMPLINGS.items():
-            plain.reset()
-            gen = plain.generate(tokens, GenOptions(max_tokens=ANSWER, sampling=sampling))
-            gen.run()
-            assert len(tokens) + len(gen.tokens) > (512 if pname == "past-512" else 1024)
-            out[pname, sname] = gen.tokens
+    for (pname, sname), gen in answer_all(plain, prompts).items():
+        assert len(prompts[pname]) + len(gen.tokens) > (512 if pname == "past-512" else 1024)
+        out[pname, sname] = gen.tokens
+    # The sequence reuses what it can: the second sampling of a prompt decodes no prompt.
+    assert gen.stats.prompt_reused == len(prompts[pname]) - 1
     return out
 
 
@@ -76,7 +100,7 @@ def spec_session(request, demo_model):
         # whatever the auto policy would choose; the policy changes lengths, never tokens.
         so = SpecOptions(types=(method,), draft_model="demo", draft_path=demo_model if method == "draft-simple" else None,
                          n_max=6, policy="fixed")
-    s = Session(demo_model, LoadOptions(nctx=2048, spec=so))
+    s = Session(demo_model, LoadOptions(nctx=2048, threads=THREADS, threads_batch=THREADS, spec=so))
     assert s.speculative, s.spec_notes
     if method == AT_DEFAULTS:
         # The verify cost curve measured at load follows the machine's load (a busy
@@ -87,24 +111,23 @@ def spec_session(request, demo_model):
     s.close()
 
 
-@pytest.mark.parametrize("sname", SAMPLINGS)
-@pytest.mark.parametrize("pname", ["past-512", "past-1024"])
-def test_every_method_is_plain_decoding_past_long_positions(spec_session, prompts, reference, pname, sname):
-    spec_session.reset()
-    gen = spec_session.generate(prompts[pname], GenOptions(max_tokens=ANSWER, sampling=SAMPLINGS[sname]))
-    gen.run()
-    want = reference[pname, sname]
-    first = next((i for i, (a, b) in enumerate(zip(gen.tokens, want)) if a != b), None)
-    assert gen.tokens == want, f"differs from plain at answer token {first} (position {len(prompts[pname]) + (first or 0)})"
-    if sname == "greedy":
-        assert gen.stats.drafted > 0, "the method never drafted: the test would prove nothing"
+def test_every_method_is_plain_decoding_past_long_positions(spec_session, prompts, reference):
+    """Past 512 and past 1,024, greedy and seeded: each answer is the plain one."""
+    for (pname, sname), gen in answer_all(spec_session, prompts).items():
+        want = reference[pname, sname]
+        first = next((i for i, (a, b) in enumerate(zip(gen.tokens, want)) if a != b), None)
+        assert gen.tokens == want, (f"{pname}, {sname}: differs from plain at answer token {first} "
+                                    f"(position {len(prompts[pname]) + (first or 0)})")
+        if sname == "greedy":
+            assert gen.stats.drafted > 0, f"{pname}: the method never drafted: the test would prove nothing"
 
 
 @pytest.mark.parametrize("sname", SAMPLINGS)
 def test_q4_0_weights_past_1024(demo_q4_0, sname):
     """The tutorial's weight format (Q4_0, repacked on this CPU) at the defaults."""
-    plain = Session(demo_q4_0, LoadOptions(nctx=2048))
-    spec = Session(demo_q4_0, LoadOptions(nctx=2048, spec=SpecOptions(types=("ngram-mod",), policy="fixed")))
+    plain = Session(demo_q4_0, LoadOptions(nctx=2048, threads=THREADS, threads_batch=THREADS))
+    spec = Session(demo_q4_0, LoadOptions(nctx=2048, threads=THREADS, threads_batch=THREADS,
+                                          spec=SpecOptions(types=("ngram-mod",), policy="fixed")))
     try:
         tokens = long_prompt(plain, 1000)
         out = []
