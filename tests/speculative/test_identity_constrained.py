@@ -117,10 +117,13 @@ def test_forced_drafts_alone_are_plain_constrained_decoding(plain, prompt, refer
 
 
 def test_a_complete_grammar_ends_the_answer_the_same_way(plain, demo_model):
-    """An answer that completes its grammar before the length limit (EOS forced), with and
-    without forced drafts and with ngram-mod: one answer."""
-    three = Grammar.parse("json_schema", {**SCHEMA, "minItems": 2, "maxItems": 2})
-    tokens = plain.tokenize_prompt("Two inventory items as JSON:")
+    """An answer that completes its grammar before the length limit (EOS forced), plain
+    and with forced drafts: one answer."""
+    shelf = {"type": "object", "additionalProperties": False, "required": ["color", "shelf"],
+             "properties": {"color": {"enum": ["red", "blue", "green"]},
+                            "shelf": {"type": "integer", "minimum": 0, "maximum": 9}}}
+    three = Grammar.parse("json_schema", {"type": "array", "minItems": 2, "maxItems": 2, "items": shelf})
+    tokens = plain.tokenize_prompt("Two boxes and their shelves as JSON:")
     want, stats, _ = answer(plain, tokens, SAMPLINGS["greedy"], speculative=False, grammar=three, max_tokens=200)
     assert stats.stop_reason == "eos" and len(json.loads(plain.vocab.detokenize(want))) == 2
     got, stats, _ = answer(plain, tokens, SAMPLINGS["greedy"], grammar=three, max_tokens=200)

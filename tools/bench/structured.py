@@ -2,7 +2,7 @@
 """Schema-constrained decoding with forced-token drafts vs free decoding of the same
 length, in one run, on one loaded model.
 
-    python tools/bench/structured.py [--model PATH] [--rounds 3] [--tokens 160] [--spec-type ngram-mod]
+    python tools/bench/structured.py [--model PATH] [--rounds 3] [--tokens 200] [--spec-type ngram-mod] [--threads N]
 
 Each round answers three JSON-schema requests (a list of people, an order, an inventory)
 three ways, interleaved so that a busy machine slows all three alike:
@@ -59,6 +59,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=200, help="answer length limit")
     ap.add_argument("--spec-type", default="", help="a drafter to combine with the forced drafts")
+    ap.add_argument("--threads", type=int, default=0, help="threads for decodes and batches (0: every physical core)")
     args = ap.parse_args(argv)
 
     from geniex.engine.chat import template_for
@@ -70,7 +71,8 @@ def main(argv=None):
     from geniex.store import demo_model_path
 
     spec = SpecOptions(types=(args.spec_type,), policy="fixed") if args.spec_type else SpecOptions()
-    session = Session(args.model or demo_model_path(), LoadOptions(nctx=2048, spec=spec))
+    session = Session(args.model or demo_model_path(), LoadOptions(nctx=2048, threads=args.threads,
+                                                                threads_batch=args.threads, spec=spec))
     render = template_for(session.model).render
     prompts = [(name, session.tokenize_prompt(render([{"role": "user", "content": text}])),
                 Grammar.parse("json_schema", schema)) for name, text, schema in REQUESTS]
