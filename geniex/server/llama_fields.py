@@ -38,12 +38,16 @@ NEUTRAL = {
 }
 # field -> a value that changes nothing (booleans, strings, lists).
 NEUTRAL_EXACT = {"backend_sampling": False, "post_sampling_probs": False, "verbose": False,
-                 "response_fields": [], "lora": []}
+                 "response_fields": [], "lora": [], "grammar_lazy": False, "grammar_triggers": []}
 # Why a field cannot be honoured where that is not plain: the 400 says so.
 WHY = {
     "post_sampling_probs": "token probabilities are reported from the raw logits (as llama.cpp does without "
                            "post_sampling_probs), not after the sampler chain",
     "t_max_prompt_ms": "time limits are not supported", "t_max_predict_ms": "time limits are not supported",
+    "grammar_lazy": "lazy grammars (a grammar that starts at a trigger) are not supported; send tools with "
+                    "tool_choice required or a named tool to constrain tool calls",
+    "grammar_triggers": "lazy grammars (a grammar that starts at a trigger) are not supported; send tools with "
+                        "tool_choice required or a named tool to constrain tool calls",
 }
 # Settings that take effect only with a field above (dynatemp_exponent, adaptive_decay)
 # are accepted with any value: at that field's neutral value they change nothing.

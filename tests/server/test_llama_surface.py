@@ -379,7 +379,8 @@ def test_without_a_default_model_a_name_is_needed_until_one_is_loaded(tmp_path):
     ("mirostat_tau", -1), ("dry_sequence_breakers", ["\n", "###"]), ("dry_allowed_length", -1),
     ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= nothing"), ("json_schema", {"type": "objectx"}),
     ("t_max_predict_ms", 100), ("n_predict", 0), ("id_slot", 3), ("samplers", ["top_p", "top_k"]),
-    ("samplers", ["mystery"]), ("n_cmpl", 2),
+    ("samplers", ["mystery"]), ("n_cmpl", 2), ("grammar_lazy", True),
+    ("grammar_triggers", [{"type": 0, "value": "<tool_call>"}]),
 ])
 def test_fields_we_cannot_honour_are_a_400_naming_them(server, field, value):
     for route, body in (("/completion", {"prompt": "hi"}), ("/chat/completions", {"messages": CHAT_Q})):
