@@ -239,6 +239,27 @@ def _rate(rec):
     return (rec[0], rec[0] + rec[1]) if rec else (0, 0)
 
 
+def replayed_requests(args):
+    """``(chosen, curve, plain, reqs)``: the workloads ``args`` chose, the verify cost curve
+    (``--curve`` or measured), the plain answerer and each request with its prompt and
+    plain answer ``(workload, prompt, sampled, n, measured)`` (later turns see the
+    earlier turns' answers)."""
+    chosen = [w for w in workloads.load() if not args.workloads or w.name in args.workloads]
+    if args.curve:
+        curve = {1: 1.0, **{int(a): float(b) for a, b in (x.split(":") for x in args.curve.split(","))}}
+    else:
+        curve = measured_curve()
+    plain = PlainAnswers(args.cache)
+    reqs, answers_of = [], {}
+    for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
+        earlier = answers_of.get((w.name, r), [])
+        prompt = plain.prompt(turns, earlier)
+        sampled, text = plain.answer(prompt, n)
+        answers_of[(w.name, r)] = earlier + [text]
+        reqs.append((w, prompt, sampled, n, measured))
+    return chosen, curve, plain, reqs
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=4)
@@ -251,20 +272,8 @@ def main(argv=None):
     ap.add_argument("--grid", action="store_true", help="every method over GRID_N x GRID_MAX (min draft 2)")
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"plain answers cache (default {CACHE})")
     args = ap.parse_args(argv)
-    chosen = [w for w in workloads.load() if not args.workloads or w.name in args.workloads]
-    if args.curve:
-        curve = {1: 1.0, **{int(a): float(b) for a, b in (x.split(":") for x in args.curve.split(","))}}
-    else:
-        curve = measured_curve()
+    chosen, curve, plain, reqs = replayed_requests(args)
     print("# verify cost (one-row decodes) by rows: " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items())))
-    plain = PlainAnswers(args.cache)
-    reqs, answers_of = [], {}
-    for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
-        earlier = answers_of.get((w.name, r), [])
-        prompt = plain.prompt(turns, earlier)
-        sampled, text = plain.answer(prompt, n)
-        answers_of[(w.name, r)] = earlier + [text]
-        reqs.append((w, prompt, sampled, n, measured))
     n_vocab, eog = plain.vocab()
     eog = frozenset(eog)
     labels = args.methods

@@ -93,27 +93,15 @@ DEFAULT_MAX_ROWS = 17
 
 def replay(args):
     """The load-free profile (see the module docstring)."""
-    from counts import PlainAnswers, measured_curve
+    from counts import replayed_requests
     from geniex.engine.loop import FIXED, GenOptions
     from geniex.engine.replay import ReplayTarget
     from geniex.engine.sampling import SamplingParams
     from geniex.speculative import policy as pol
     from geniex.speculative.drafters import ngram
     from geniex.speculative.options import SpecOptions
-    chosen = [w for w in workloads.load() if not args.workloads or w.name in args.workloads]
-    if args.curve:
-        curve = {1: 1.0, **{int(a): float(b) for a, b in (x.split(":") for x in args.curve.split(","))}}
-    else:
-        curve = measured_curve()
+    chosen, curve, plain, reqs = replayed_requests(args)
     cost = [0.0, 1.0] + [pol._interpolate(curve, r) for r in range(2, 520)]
-    plain = PlainAnswers(args.cache)
-    reqs, answers_of = [], {}
-    for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
-        earlier = answers_of.get((w.name, r), [])
-        prompt = plain.prompt(turns, earlier)
-        sampled, text = plain.answer(prompt, n)
-        answers_of[(w.name, r)] = earlier + [text]
-        reqs.append((w, prompt, sampled, n, measured))
     n_vocab, eog = plain.vocab()
     eog = frozenset(eog)
     method = args.method
