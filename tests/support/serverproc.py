@@ -75,7 +75,14 @@ class AppServer(Http):
         """Stop answering, close every connection (the loop ends with an empty map),
         join the worker threads and free the model."""
         self.cache.stop()
-        self.server.trigger.pull_trigger(lambda: [ch.close() for ch in list(self.server._map.values())])
+        close_all = lambda: [ch.close() for ch in list(self.server._map.values())]  # noqa: E731
+        try:
+            self.server.trigger.pull_trigger(close_all)
+        except OSError:
+            # The trigger's descriptor was found closed (EBADF) after a worker process
+            # died abnormally, a few times in full-suite runs; the cause is not found yet
+            # (see the closing note). The loop polls at least every second: close from here.
+            close_all()
         self._thread.join(30)
         self.server.task_dispatcher.shutdown()
         self.cache.close()
