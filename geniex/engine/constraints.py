@@ -181,7 +181,6 @@ class Constraint:
         self._tmp = np.empty(n_vocab, dtype=np.int32)
         self._row = np.empty(n_vocab, dtype=np.float32)
         self._neg_inf = np.array([-np.inf], dtype=np.float32).view(np.int32)[0]
-        self.consumed = 0
         # The token a complete grammar ends the answer with: the first of the grammar's end tokens.
         self.end_token = tok.eos_token
 
@@ -212,17 +211,13 @@ class Constraint:
     def consume(self, token):
         """Advance by ``token``; False if the grammar does not allow it (the matcher is
         then in an error state: the caller checks tokens first with :meth:`allowed_prefix`)."""
-        ok = self.matcher.consume_token(int(token))
-        if ok:
-            self.consumed += 1
-        return ok
+        return self.matcher.consume_token(int(token))
 
     def rollback(self, n):
         """Undo the last ``n`` consumed tokens."""
         if n > 0:
             if not self.matcher.rollback(n):
                 raise RuntimeError(f"grammar rollback of {n} failed: {self.matcher.get_error()}")
-            self.consumed -= n
 
     def forced_tokens(self):
         """The tokens that follow from here whatever is sampled (the grammar allows one

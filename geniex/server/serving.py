@@ -254,11 +254,6 @@ def addresses_of(server):
     return [f"http://[{h}]:{p}" if ":" in h else f"http://{h}:{p}" for h, p in pairs]
 
 
-def address(server):
-    """``http://host:port`` the server actually listens on (the first, if several)."""
-    return addresses_of(server)[0]
-
-
 class _Stopper:
     """Ctrl-C / SIGTERM: stop taking connections, let the answers in flight end at their
     next step (the model runs in a worker process: the server never exits under a

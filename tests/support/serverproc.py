@@ -58,7 +58,7 @@ class AppServer(Http):
     def __init__(self, data_dir, store=None, nctx=None, **fields):
         from geniex.server.answering import Defaults
         from geniex.server.app import ServerConfig, create_app
-        from geniex.server.serving import address, make_server
+        from geniex.server.serving import addresses_of, make_server
         config = ServerConfig(data_dir=data_dir, bind_host="127.0.0.1", **fields)
         if nctx is not None:
             config.defaults = Defaults(nctx=nctx)
@@ -66,7 +66,7 @@ class AppServer(Http):
         self.app = create_app(config, store)
         self.cache = self.app.extensions["geniex.answerer"].cache
         self.server = make_server(self.app, "127.0.0.1", 0, config)
-        self.url = address(self.server)
+        self.url = addresses_of(self.server)[0]
         self.host = self.url.split("://", 1)[1]
         self._thread = threading.Thread(target=self.server.run, name="test-server", daemon=True)
         self._thread.start()

@@ -46,7 +46,6 @@ class ChatParser:
         self._in_call = False
         self._at_start = True           # only whitespace released as content so far
         self._after_call = False
-        self._legacy_open = forced
 
     def feed(self, text):
         """Release what ``text`` (the next piece of the answer) makes certain."""
