@@ -71,9 +71,9 @@ def test_forced_tokens_consume_and_rollback(vocab):
     assert c.allowed_prefix(vocab.tokenize('{"nope"')) < len(vocab.tokenize('{"nope"'))
     for t in rest:
         assert c.consume(t)
-    assert c.is_accepting() and c.consumed == len(rest)
+    assert c.is_accepting()
     c.rollback(len(rest) - len(forced))
-    assert c.consumed == len(forced) and not c.is_accepting()
+    assert not c.is_accepting()                          # back where the forced run ended
     assert c.allowed_prefix(rest[len(forced):]) == len(rest) - len(forced)
     assert not c.consume(vocab.tokenize("x")[0])          # not allowed: the matcher reports it
     assert c.error()
