@@ -162,7 +162,6 @@ class Sampler:
         j = min(int(np.searchsorted(cdf, r, side="right")), len(cdf) - 1)
         return int(idx[j]) if idx is not None else j
 
-
     def _mirostat(self, x):
         """Mirostat as llama.cpp's chain runs it (temperature, then v1 or v2): keep the
         likeliest tokens whose surprise stays within ``mu``, draw, and move ``mu`` toward

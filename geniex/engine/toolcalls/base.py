@@ -38,10 +38,18 @@ class ToolCall:
 _DECODER = json.JSONDecoder()
 
 
-def read_json(text, at=0):
+def read_json(text, at=0, final=False, inside="its JSON"):
     """``(value, end)`` of the JSON value starting at ``text[at:]`` after whitespace;
-    None when the text ends before the value does (more may come); ParseError when it
-    cannot be JSON."""
+    None when the text ends before the value does (more may come), unless ``final``
+    (the answer is whole): then ParseError saying the answer ends ``inside`` it;
+    ParseError when it cannot be JSON."""
+    got = _read_json(text, at)
+    if got is None and final:
+        raise ParseError(f"the answer ends inside {inside}")
+    return got
+
+
+def _read_json(text, at):
     n = len(text)
     while at < n and text[at].isspace():
         at += 1

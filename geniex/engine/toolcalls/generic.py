@@ -24,10 +24,8 @@ class Generic(Family):
                     raise ParseError("an empty code fence")
                 return None
             at = newline + 1
-        got = read_json(text, at)
+        got = read_json(text, at, final, "its JSON")
         if got is None:
-            if final:
-                raise ParseError("the answer ends inside its JSON")
             return None
         obj, end = got
         if fenced:

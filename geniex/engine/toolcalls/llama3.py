@@ -14,10 +14,8 @@ class Llama3(Family):
 
     def scan(self, text, final):
         at = len(PYTHON_TAG) if text.startswith(PYTHON_TAG) else 0
-        got = read_json(text, at)
+        got = read_json(text, at, final, "a call")
         if got is None:
-            if final:
-                raise ParseError("the answer ends inside a call")
             return None
         obj, end = got
         calls = [call_from_object(obj, ("parameters", "arguments"))]

@@ -22,10 +22,8 @@ class Mistral(Family):
                 raise ParseError("nothing after [TOOL_CALLS]")
             return None
         if rest.lstrip().startswith("["):
-            got = read_json(text, at)
+            got = read_json(text, at, final, "the call list")
             if got is None:
-                if final:
-                    raise ParseError("the answer ends inside the call list")
                 return None
             items, end = got
             if not isinstance(items, list) or not items:
