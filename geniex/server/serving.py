@@ -12,7 +12,10 @@ its answers (:class:`_Channel`: no worker thread waits for it; it is closed afte
 """
 import json
 import logging
+import os
 import signal
+import socket
+import struct
 import threading
 import time
 
@@ -42,6 +45,9 @@ IDLE_TIMEOUT = 30.0         # seconds a connection may stay idle between request
 READ_TIMEOUT = 30.0         # seconds a request's headers and body may take to arrive
 SEND_STALL = 30.0           # seconds a client may go without reading what it asked for
 CLEANUP_INTERVAL = 1.0      # seconds between the checks of these bounds
+# SO_LINGER on, 0 seconds: close() resets the connection, dropping unsent output
+# (struct linger is two ints on POSIX, two unsigned shorts on Windows).
+_ABORT = struct.pack("HH" if os.name == "nt" else "ii", 1, 0)
 SHUTDOWN_WAIT = 30.0        # seconds a stopping server waits for answers to end and reach their clients
 
 
@@ -155,12 +161,35 @@ class _Channel(HTTPChannel):
                     raise ClientDisconnected
 
     def _drop(self):
+        """Give up on this client: its requests are cancelled and the connection is
+        closed at once, its unsent output discarded. ``will_close`` alone is not enough:
+        waitress closes a connection in ``handle_write``, which runs only once the socket
+        can take more bytes, never for a client that stopped reading (it lived on,
+        trickling output, until the kernel gave up). The close runs in the event loop's
+        thread (a trigger thunk, after its select): closing from here or inside the
+        maintenance pass changed the socket map while the loop was using it."""
         with self.requests_lock:
             for request in self.requests:
                 request.close()
             self.requests = []
         self.will_close = True
-        self.server.pull_trigger()
+        try:
+            self.server.trigger.pull_trigger(self._close_now)
+        except OSError:             # the loop has ended: server.close() closes the channel
+            pass
+
+    def _close_now(self):
+        if self._fileno is None or self.socket is None or self._map.get(self._fileno) is not self:
+            return                  # already closed (dropped twice, or by the loop itself)
+        # An abortive close (a reset): a plain close leaves what the kernel still holds
+        # for the client (megabytes of send buffer on loopback) to trickle out to a
+        # client that reads slowly, for minutes; the client reads what it received, then
+        # sees the connection reset instead of an end.
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _ABORT)
+        except OSError:
+            pass
+        self.handle_close()
 
     def check_bounds(self, now, idle_cutoff):
         """Called by the event loop every :data:`CLEANUP_INTERVAL`: close a connection
