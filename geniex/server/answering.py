@@ -354,7 +354,8 @@ class Answerer:
                        any_load=lenient and not any(body.get(f) is not None for f in LOAD_FIELDS))
         # The model loads and answers in a worker process (geniex.server.worker): an
         # abort inside llama.cpp ends that process, not the server.
-        lease = self.cache.lease(key, lambda: WorkerSession.open(target, options), cancel)
+        # A model switch reloads in the worker process of the model it replaces.
+        lease = self.cache.lease(key, lambda previous: WorkerSession.open(target, options, previous), cancel)
         if self.metrics is not None:
             self.metrics.record_wait(lease.waited)
         if has_request_context():

@@ -152,8 +152,10 @@ class ModelCache:
 
     def lease(self, key, load, cancel=None):
         """Wait for our turn, make sure the model for ``key`` is resident (calling
-        ``load()`` -> Session if it is not; the previous model is freed first), and
-        return a :class:`Lease` on it. When ``max_queue`` requests are already waiting,
+        ``load(previous)`` -> Session if it is not, and return a :class:`Lease` on it.
+        ``previous`` is the healthy resident session being replaced, or None: ``load``
+        frees it before loading (one model in memory at a time), closing it or reusing
+        its worker process (:meth:`~geniex.server.worker.WorkerSession.open`). When ``max_queue`` requests are already waiting,
         raises a 503 with ``Retry-After`` at once instead of queueing without bound.
         ``cancel()`` turning true while waiting (the client left) gives up the place."""
         asked = time.monotonic()
@@ -175,9 +177,9 @@ class ModelCache:
                 # Its worker process died under an earlier request: start a new one.
                 self._free("its worker process ended")
             if not key.satisfied_by(self._key):
-                self._free("another model or load setting was requested")
+                previous = self._hand_over("another model or load setting was requested")
                 log.info("loading %s", key.model)
-                self._session = load()
+                self._session = load(previous)
                 if self._reaper is None:
                     self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
                     self._reaper.start()
@@ -260,6 +262,13 @@ class ModelCache:
             self._free("keepalive is 0")
         self._turn.release()
         self._wake.set()
+
+    def _hand_over(self, why):
+        """The resident session, no longer resident, for the next load to free or reuse."""
+        session, self._session, self._key = self._session, None, None
+        if session is not None:
+            log.info("replacing %s (%s)", session.name, why)
+        return session
 
     def _free(self, why):
         if self._session is not None:

@@ -210,14 +210,21 @@ class WorkerSession:
         # One-row decode seconds measured at load: the default request timeout comes from it.
         self.row_seconds = float(info.get("row_seconds") or 0.0)
         self.crashed = None             # how the worker ended, once it died under a request
+        self.handed_over = False        # its process went on to load the next model
         self._runs = 0
         self._active = None             # the run id whose end has not been read yet
 
     @classmethod
-    def open(cls, target, options):
-        """Start a worker and load ``target`` (a ResolvedModel) with ``options``
-        (LoadOptions) in it."""
-        process = _Process()
+    def open(cls, target, options, previous=None):
+        """Load ``target`` (a ResolvedModel) with ``options`` (LoadOptions) in a worker.
+        ``previous``, the session this one replaces (or None), is freed first: a healthy
+        worker is reused (it closes its model and loads the new one in place, without a
+        new process, its imports and library load), one that crashed, was killed or is
+        still busy ends and a new worker starts (docs/isolation.md)."""
+        process = previous._hand_over() if previous is not None else None
+        reused = process is not None
+        if process is None:
+            process = _Process()
         level = logging.getLogger("geniex").getEffectiveLevel()
         native = logging.getLogger("geniex.llama.cpp").getEffectiveLevel()
         process.send(("load", target, options, level, native))
@@ -225,9 +232,10 @@ class WorkerSession:
             message = process.replies.get()
             kind = message[0]
             if kind == "loaded":
-                log.info("%s: loaded in worker process %d", target.name, process.pid)
+                log.info("%s: loaded in worker process %d%s", target.name, process.pid,
+                         " (reloaded in place)" if reused else "")
                 return cls(process, target.name, message[1])
-            if kind == "error":
+            if kind == "error" and len(message) == 2:      # (a run's error names its run)
                 process.send(("exit",))
                 _reap(process)
                 raise _rebuild(message[1], target.name)
@@ -241,7 +249,7 @@ class WorkerSession:
 
     @property
     def alive(self):
-        return self.crashed is None and self._process.alive()
+        return self.crashed is None and not self.handed_over and self._process.alive()
 
     def default_timeout(self):
         """Seconds that fit the longest answer this model allows: a full context of
@@ -355,8 +363,20 @@ class WorkerSession:
                             "the same request, the model file or this request triggers a library bug",
                             model=self.name)
 
+    def _hand_over(self):
+        """This session's worker process for the next load, or None after ending it
+        (a worker that crashed, was killed, or is still in an answer is not reused)."""
+        process = self._process
+        if self.alive and self._active is None and not process.stopped:
+            self.handed_over = True         # this session answers no more; close() leaves the process be
+            return process
+        self.close()
+        return None
+
     def close(self):
         """Free the model and end the worker (killed if it does not end in time)."""
+        if self.handed_over:
+            return
         process = self._process
         if process.alive():
             if self._active is not None:
@@ -498,6 +518,10 @@ class _Worker:
         root.propagate = False
         root.setLevel(level)
         logging.getLogger("geniex.llama.cpp").setLevel(native)
+        if self.session is not None:
+            # Reloaded in place: the model it replaces is freed first, as a new process would.
+            session, self.session = self.session, None
+            session.close()
         try:
             self.session = open_session(target, options)
             # A vocabulary llama.cpp cannot tokenize ordinary text with (an SPM vocabulary

@@ -43,15 +43,21 @@ def test_cache_key_is_model_load_and_spec_fields(server):
     server.chat({**warm, "compute": "cpu"})
     server.chat({**warm, "compute": "CPU", "cache_type_k": "q8_0"})
     assert server.health()["loads"] == loads
-    # Each of these is a different key: one reload each.
+    pid = server.health()["worker_pid"]
+    greedy = chat_body("Name three colours.", max_tokens=12, temperature=0)
+    before = server.chat(greedy).json()["choices"][0]["message"]["content"]
+    # Each of these is a different key: one reload each, in place, in the same worker
+    # process (docs/isolation.md), with the old model freed first.
     for change in ({"nctx": 1024}, {"ngl": 0}, {"cache_type_k": "f16"}, {"spec_type": "ngram-mod"},
                    {"spec_type": "ngram-mod", "spec_ngram_max": 5},
                    {"spec_type": "ngram-mod", "spec_ngram_max": 5, "spec_draft_policy": "fixed"}):
         server.chat({**warm, **change})
         loads += 1
         assert server.health()["loads"] == loads, change
+        assert server.health()["worker_pid"] == pid, change
         server.chat({**warm, **change})                 # and it stays resident
         assert server.health()["loads"] == loads, change
+    assert server.stderr.count(f"loaded in worker process {pid} (reloaded in place)") == 6
     # Settings the chosen method does not read are not part of the key (issue 9).
     server.chat({**warm, "spec_type": "ngram-mod", "spec_ngram_max": 5, "spec_draft_policy": "fixed",
                  "spec_n_max": 9, "spec_n_min": 1, "spec_p_min": 0.5})
@@ -60,6 +66,9 @@ def test_cache_key_is_model_load_and_spec_fields(server):
     assert server.health()["speculative"]
     server.post("/v1/completions", {"model": DEMO, "prompt": "Hi", "max_tokens": 1})
     assert server.health()["loads"] == loads
+    # A model reloaded in place (the worker's seventh) answers as in a new process.
+    assert server.chat(greedy).json()["choices"][0]["message"]["content"] == before
+    assert server.health()["loads"] == loads + 1 and server.health()["worker_pid"] == pid
 
 
 def test_keep_cache_header_reuses_the_conversation(server):

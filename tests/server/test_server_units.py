@@ -94,24 +94,26 @@ def test_cache_key():
     assert CacheKey("m", 4096, -1, ("CPU",), ("q8_0", "q8_0"), None).satisfied_by(key(spec=(("ngram-mod",),)))   # completions
 
 
-def test_cache_reloads_on_a_new_key_and_frees_the_old_model_first():
+def test_cache_reloads_on_a_new_key_handing_the_old_model_to_the_load():
     cache = ModelCache(keepalive=-1)
     try:
-        made = []
+        made, handed = [], []
 
-        def load(name):
-            assert all(s.closed for s in made)      # one model resident at a time
+        def load(name, previous):
+            handed.append(previous)         # the load frees it (or reuses its worker process)
+            if previous is not None:
+                previous.close()
             made.append(FakeSession(name))
             return made[-1]
 
-        with cache.lease(key("a"), lambda: load("a")) as lease:
+        with cache.lease(key("a"), lambda previous: load("a", previous)) as lease:
             assert lease.session is made[0]
-        with cache.lease(key("a"), lambda: load("again")):
+        with cache.lease(key("a"), lambda previous: load("again", previous)):
             pass
-        assert len(made) == 1 and cache.loads == 1
-        with cache.lease(key("b"), lambda: load("b")):
+        assert len(made) == 1 and cache.loads == 1 and handed == [None]
+        with cache.lease(key("b"), lambda previous: load("b", previous)):
             pass
-        assert made[0].closed and not made[1].closed and cache.loads == 2
+        assert handed == [None, made[0]] and cache.status()["model"] == "b" and cache.loads == 2
     finally:
         cache.close()
     assert made[1].closed
@@ -120,7 +122,7 @@ def test_cache_reloads_on_a_new_key_and_frees_the_old_model_first():
 def test_cache_keepalive():
     cache = ModelCache(keepalive=0.2)
     try:
-        with cache.lease(key(), lambda: FakeSession("m")) as lease:
+        with cache.lease(key(), lambda _: FakeSession("m")) as lease:
             session = lease.session
             # Never freed while in use: the idle clock does not run during a lease.
             assert cache.status()["idle_seconds"] is None and cache._deadline() is None
@@ -131,7 +133,7 @@ def test_cache_keepalive():
         cache.close()
 
     zero = ModelCache(keepalive=0)
-    with zero.lease(key(), lambda: FakeSession("m")) as lease:
+    with zero.lease(key(), lambda _: FakeSession("m")) as lease:
         pass
     assert lease.session.closed
     zero.close()
@@ -140,10 +142,10 @@ def test_cache_keepalive():
 def test_use_resets_the_idle_clock():
     cache = ModelCache(keepalive=-1)
     try:
-        with cache.lease(key(), lambda: FakeSession("m")):
+        with cache.lease(key(), lambda _: FakeSession("m")):
             pass
         idle = until(lambda: cache.status()["idle_seconds"], what="some idle time")
-        with cache.lease(key(), lambda: FakeSession("again")):
+        with cache.lease(key(), lambda _: FakeSession("again")):
             pass
         assert cache.status()["idle_seconds"] < idle and cache.loads == 1
     finally:
@@ -154,7 +156,7 @@ def test_cache_refuses_new_work_once_stopping():
     cache = ModelCache()
     cache.stop()
     with pytest.raises(ApiError) as e:
-        cache.lease(key(), lambda: FakeSession("m"))
+        cache.lease(key(), lambda _: FakeSession("m"))
     assert e.value.status == 503
     cache.close()
 
@@ -162,11 +164,11 @@ def test_cache_refuses_new_work_once_stopping():
 def test_a_failed_load_hands_the_turn_on():
     cache = ModelCache()
 
-    def boom():
+    def boom(_previous):
         raise RuntimeError("no")
     with pytest.raises(RuntimeError):
         cache.lease(key(), boom)
-    with cache.lease(key(), lambda: FakeSession("m")) as lease:
+    with cache.lease(key(), lambda _: FakeSession("m")) as lease:
         assert lease.session.name == "m"
     cache.close()
 
