@@ -292,6 +292,11 @@ class _Stopper:
 
     def __init__(self, server, cache, fronts=()):
         self.server = server
+        # A server on several addresses (waitress's MultiSocketServer) has no trigger or
+        # map of its own: its listeners share one map, each with a trigger into the loop.
+        self.map = getattr(server, "map", None) or server._map
+        self.trigger = getattr(server, "trigger", None) or next(
+            listener.trigger for listener in self.map.values() if hasattr(listener, "channel_class"))
         self.cache = cache
         self.fronts = fronts            # TLS fronts (--https): they stop accepting too
         self.started = False
@@ -309,7 +314,7 @@ class _Stopper:
         threading.Thread(target=self._drain, name="geniex-shutdown", daemon=True).start()
 
     def _listeners(self):
-        return [ch for ch in list(self.server._map.values()) if getattr(ch, "accepting", False)]
+        return [ch for ch in list(self.map.values()) if getattr(ch, "accepting", False)]
 
     def _stop_listening(self):
         for front in self.fronts:
@@ -321,7 +326,7 @@ class _Stopper:
 
     def _busy(self):
         dispatcher = self.server.task_dispatcher
-        channels = [ch for ch in list(self.server._map.values()) if isinstance(ch, HTTPChannel)]
+        channels = [ch for ch in list(self.map.values()) if isinstance(ch, HTTPChannel)]
         return (dispatcher.active_count or dispatcher.queue or self.cache.busy
                 or any(ch.total_outbufs_len and ch.connected for ch in channels))
 
@@ -348,11 +353,11 @@ class _Stopper:
     def _close_all(self):
         if not self.closed:
             self.closed = True
-            self._pull(lambda: [ch.close() for ch in list(self.server._map.values())])
+            self._pull(lambda: [ch.close() for ch in list(self.map.values())])
 
     def _pull(self, thunk):
         try:
-            self.server.trigger.pull_trigger(thunk)
+            self.trigger.pull_trigger(thunk)
         except OSError:             # the loop has already ended
             pass
 

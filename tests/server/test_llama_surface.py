@@ -521,6 +521,9 @@ def test_serve_listens_on_every_address(data_dir):
         assert len(urls) == 2 and shown in urls[1], s.first_line
         for url in urls:
             assert requests.get(url + "/health", timeout=30).status_code == 200
+    # SIGTERM stops both listeners cleanly (it crashed the shutdown thread, and the
+    # server hung until killed, when the addresses were served by one loop's map).
+    assert s.returncode == 0 and "Traceback" not in s.stderr, s.stderr
 
 
 @pytest.mark.fast
