@@ -42,11 +42,50 @@ def test_plain_has_no_acceptance_fields(plain):
     assert acceptance(plain["usage"]) == (0, 0)
 
 
+# The tests run in an order that reloads the model least: the same speculative setup
+# (the model cache's key) in a row (each test still sets everything it relies on).
+def test_streamed_speculation_reports_acceptance_in_the_usage_chunk(server, plain):
+    body = {**REPEAT, "spec_type": "ngram-mod", "spec_draft_policy": "fixed", "stream_options": {"include_usage": True}}
+    events = server.stream("/v1/chat/completions", body)
+    text = "".join((e["choices"][0]["delta"].get("content") or "") for e in events if e["choices"])
+    assert text == plain["choices"][0]["message"]["content"]
+    usage = events[-1]["usage"]
+    assert acceptance(usage)[0] > 0
+    assert events[-2]["timings"]["draft_n"] == usage["timings"]["draft_n"]
+
+
+def test_ngram_memory_lasts_across_requests_until_reset(server):
+    """An agent that sends the same request again gets the earlier answer as drafts (the
+    n-gram memory lives with the loaded model); POST /v1/spec/reset forgets it; the
+    answer never changes."""
+    body = {**chat_body("Write a short poem about the sea.", max_tokens=40),
+            "spec_type": "ngram-mod", "spec_draft_policy": "fixed"}
+    server.post("/v1/spec/reset", {})
+    first = server.chat(body).json()
+    again = server.chat(body).json()
+    assert server.post("/v1/spec/reset", {}).json() == {
+        "object": "spec.reset", "model": DEMO, "reset": True}
+    fresh = server.chat(body).json()
+    texts = {r["choices"][0]["message"]["content"] for r in (first, again, fresh)}
+    assert len(texts) == 1
+    remembered = again["usage"]["timings"]["draft_n_accepted"]
+    assert remembered > fresh["usage"]["timings"]["draft_n_accepted"]
+    assert remembered >= again["usage"]["completion_tokens"] // 2
+
+
+def test_completions_never_draft_even_on_a_speculative_model(server):
+    server.chat({"model": DEMO, "messages": [], "spec_type": "ngram-mod", "spec_draft_policy": "fixed"})
+    loads = server.health()["loads"]
+    r = server.post("/v1/completions", {"model": DEMO, "prompt": "a b a b a b a b a b", "max_tokens": 12}).json()
+    assert r["usage"]["timings"]["draft_n"] == 0 and "completion_tokens_details" not in r["usage"]
+    assert server.health()["loads"] == loads
+
+
 @pytest.mark.parametrize("spec", [
     {"spec_type": "ngram-mod"},
     {"spec_type": "ngram-simple", "spec_n_max": 5},
-    {"spec_type": "draft-simple", "spec_draft_model": DEMO},
     {"spec_type": "ngram-mod,draft-simple", "spec_draft_model": DEMO, "spec_n_max": 4, "spec_n_min": 1},
+    {"spec_type": "draft-simple", "spec_draft_model": DEMO},        # as the next test: no reload between
 ])
 def test_speculation_on_the_demo_model(server, plain, spec):
     # Fixed draft lengths: these tests are about the spec fields reaching the drafters and
@@ -64,24 +103,6 @@ def test_draft_simple_with_itself_accepts_everything(server):
                          "spec_draft_policy": "fixed"}).json()["usage"]
     drafted, accepted = acceptance(usage)
     assert drafted == accepted > 0
-
-
-def test_streamed_speculation_reports_acceptance_in_the_usage_chunk(server, plain):
-    body = {**REPEAT, "spec_type": "ngram-mod", "spec_draft_policy": "fixed", "stream_options": {"include_usage": True}}
-    events = server.stream("/v1/chat/completions", body)
-    text = "".join((e["choices"][0]["delta"].get("content") or "") for e in events if e["choices"])
-    assert text == plain["choices"][0]["message"]["content"]
-    usage = events[-1]["usage"]
-    assert acceptance(usage)[0] > 0
-    assert events[-2]["timings"]["draft_n"] == usage["timings"]["draft_n"]
-
-
-def test_completions_never_draft_even_on_a_speculative_model(server):
-    server.chat({"model": DEMO, "messages": [], "spec_type": "ngram-mod"})
-    loads = server.health()["loads"]
-    r = server.post("/v1/completions", {"model": DEMO, "prompt": "a b a b a b a b a b", "max_tokens": 12}).json()
-    assert r["usage"]["timings"]["draft_n"] == 0 and "completion_tokens_details" not in r["usage"]
-    assert server.health()["loads"] == loads
 
 
 def test_setup_failure_falls_back_to_plain_decoding(server, plain):
@@ -116,22 +137,3 @@ def test_mismatched_mtp_pair_falls_back_without_crashing(server, tiny):
     r = server.chat(body)
     assert r.status_code == 200 and not server.health()["speculative"]
     assert server.chat(chat_body(max_tokens=2)).status_code == 200        # the server lives on
-
-
-def test_ngram_memory_lasts_across_requests_until_reset(server):
-    """An agent that sends the same request again gets the earlier answer as drafts (the
-    n-gram memory lives with the loaded model); POST /v1/spec/reset forgets it; the
-    answer never changes."""
-    body = {**chat_body("Write a short poem about the sea.", max_tokens=40),
-            "spec_type": "ngram-mod", "spec_draft_policy": "fixed"}
-    server.post("/v1/spec/reset", {})
-    first = server.chat(body).json()
-    again = server.chat(body).json()
-    assert server.post("/v1/spec/reset", {}).json() == {
-        "object": "spec.reset", "model": DEMO, "reset": True}
-    fresh = server.chat(body).json()
-    texts = {r["choices"][0]["message"]["content"] for r in (first, again, fresh)}
-    assert len(texts) == 1
-    remembered = again["usage"]["timings"]["draft_n_accepted"]
-    assert remembered > fresh["usage"]["timings"]["draft_n_accepted"]
-    assert remembered >= again["usage"]["completion_tokens"] // 2
