@@ -364,15 +364,6 @@ def test_default_model_answers_without_a_name_or_with_a_hard_coded_one(server):
     assert models[0]["id"] == DEMO and models[0]["default"] is True
 
 
-def test_without_a_default_model_a_name_is_needed_until_one_is_loaded(tmp_path):
-    with AppServer(tmp_path) as s:
-        err = error_of(s.post("/v1/chat/completions", {"messages": CHAT_Q}), 400)
-        assert err["param"] == "model" and "--model" in err["message"]
-        assert error_of(s.post("/v1/chat/completions", {"model": "gpt-4o", "messages": CHAT_Q}), 404)
-        ok(s.post("/v1/chat/completions", {"model": DEMO, "messages": CHAT_Q, "max_tokens": 1}))
-        assert ok(s.post("/tokenize", {"content": "hi"}))["tokens"]      # the resident model now
-
-
 # -- llama.cpp's fields -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [
     ("post_sampling_probs", True), ("n_probs", 101), ("mirostat", 3), ("xtc_probability", 1.5),
@@ -471,13 +462,22 @@ def test_stream_first_delta_timings_per_token_and_progress(server):
 
 
 # -- security: key, hosts, origins -----------------------------------------------------------------------------
-def test_api_key_by_bearer_or_x_api_key_and_authentication_error(tmp_path):
-    with AppServer(tmp_path, api_key="sk-test", model=DEMO) as s:
+def test_api_key_by_bearer_or_x_api_key_and_without_a_default_model_a_name_is_needed(tmp_path):
+    # One server (one model load) for two settings: an API key, and no --model.
+    key = {"Authorization": "Bearer sk-test"}
+    with AppServer(tmp_path, api_key="sk-test") as s:
+        # Without a default model, a request must name one until a model is resident.
+        err = error_of(s.post("/v1/chat/completions", {"messages": CHAT_Q}, headers=key), 400)
+        assert err["param"] == "model" and "--model" in err["message"]
+        assert error_of(s.post("/v1/chat/completions", {"model": "gpt-4o", "messages": CHAT_Q}, headers=key), 404)
+        ok(s.post("/v1/chat/completions", {"model": DEMO, "messages": CHAT_Q, "max_tokens": 1}, headers=key))
+        assert ok(s.post("/tokenize", {"content": "hi"}, headers=key))["tokens"]     # the resident model now
+        # The key: by Bearer or X-Api-Key; without it (or a wrong one) an authentication_error.
         err = error_of(s.post("/completions", {"prompt": "hi", "n_predict": 1}), 401)
         assert err["type"] == "authentication_error"
         wrong = s.post("/completions", {"prompt": "hi", "n_predict": 1}, headers={"X-Api-Key": "nope"})
         assert error_of(wrong, 401)["type"] == "authentication_error"
-        for header in ({"Authorization": "Bearer sk-test"}, {"X-Api-Key": "sk-test"}):
+        for header in (key, {"X-Api-Key": "sk-test"}):
             assert ok(s.post("/completions", {"prompt": "hi", "n_predict": 1}, headers=header))["content"] is not None
         assert s.get("/health").status_code == 200 and s.get("/metrics").status_code == 401
 

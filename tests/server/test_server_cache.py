@@ -3,6 +3,7 @@ the KV cache between requests, client disconnects (in process, ``create_app()``)
 shutdown by signal (``geniex serve``)."""
 import concurrent.futures as futures
 import json
+import os
 import re
 import signal
 
@@ -127,15 +128,30 @@ def test_client_disconnect_mid_stream_stops_the_answer(server):
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 3
 
 
-def test_keepalive_frees_an_idle_model(tmp_path):
-    with AppServer(tmp_path, keepalive=1) as s:
-        assert s.chat({"model": DEMO, "messages": []}).json() is None
-        assert s.health()["model"] == DEMO
-        until(lambda: s.health()["model"] is None, what="the keepalive to free the model")
-        assert "freeing demo/SmolLM2-135M-Instruct:Q4_1 (idle for 1 s)" in s.stderr
-        # Asked again, it is loaded again.
-        assert s.chat(chat_body(max_tokens=1)).status_code == 200
-        assert s.health()["loads"] == 2
+def test_keepalive_frees_an_idle_model(server):
+    assert server.chat({"model": DEMO, "messages": []}).json() is None
+    loads = server.health()["loads"]
+    pid = server.health()["worker_pid"]
+    keepalive = server.cache.keepalive
+    try:
+        server.cache.keepalive = 1                      # as `geniex serve --keepalive 1`
+        server.cache._wake.set()                        # the idle clock reads it anew
+        until(lambda: server.health()["model"] is None, what="the keepalive to free the model")
+    finally:
+        server.cache.keepalive = keepalive
+    assert "freeing demo/SmolLM2-135M-Instruct:Q4_1 (idle for 1 s)" in server.stderr
+    assert until(lambda: not _running(pid), what="the freed model's worker process to end")
+    # Asked again, it is loaded again (in a new worker: the freed one gave its memory back).
+    assert server.chat(chat_body(max_tokens=1)).status_code == 200
+    assert server.health()["loads"] == loads + 1 and server.health()["worker_pid"] != pid
+
+
+def _running(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_keepalive_from_the_environment(tmp_path):
