@@ -606,27 +606,33 @@ def test_mirostat_truncates_by_surprise_and_steers_mu():
     assert greedy.sample(logits) == 0
 
 
-@pytest.mark.parametrize("fields", [
-    {"mirostat": 1, "mirostat_tau": 3.0, "mirostat_eta": 0.2},
-    {"mirostat": 2, "mirostat_tau": 3.0},
-    {"xtc_probability": 0.5, "xtc_threshold": 0.1, "top_k": 20},
-    {"xtc_probability": 1.0, "xtc_threshold": 0.05, "temperature": 0.0},
-    {"dry_multiplier": 0.8},
-    {"dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 1, "temperature": 0.0},
-], ids=["mirostat1", "mirostat2", "xtc", "xtc-greedy", "dry", "dry-greedy"])
-def test_mirostat_xtc_and_dry_sample_the_same_with_speculation(server, fields):
-    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
-            "return_tokens": True, **fields}
-    plain = ok(server.post("/completion", base))
+SAMPLERS = {
+    "mirostat1": {"mirostat": 1, "mirostat_tau": 3.0, "mirostat_eta": 0.2},
+    "mirostat2": {"mirostat": 2, "mirostat_tau": 3.0},
+    "xtc": {"xtc_probability": 0.5, "xtc_threshold": 0.1, "top_k": 20},
+    "xtc-greedy": {"xtc_probability": 1.0, "xtc_threshold": 0.05, "temperature": 0.0},
+    "dry": {"dry_multiplier": 0.8},
+    "dry-greedy": {"dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 1, "temperature": 0.0},
+}
+
+
+def test_mirostat_xtc_and_dry_sample_the_same_with_speculation(server):
+    """Every sampler's plain answer first, then every one with each drafting method: two
+    model loads, not two per sampler (a plain /completion takes any resident setup)."""
+    bases = {name: {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
+                    "return_tokens": True, **fields} for name, fields in SAMPLERS.items()}
+    plain = {name: ok(server.post("/completion", body)) for name, body in bases.items()}
+    for name, fields in SAMPLERS.items():
+        for field, value in fields.items():
+            assert plain[name]["generation_settings"][field] == value, name
+        for switch in ("xtc_probability", "dry_multiplier"):
+            if switch in fields:                         # it did run: without it the answer differs
+                off = ok(server.post("/completion", {**bases[name], switch: 0.0}))
+                assert off["tokens"] != plain[name]["tokens"], name
     for spec in (SPEC, {"spec_type": "draft-simple", "spec_draft_model": DEMO, "spec_draft_policy": "fixed"}):
-        same = ok(server.post("/completion", {**base, **spec}))
-        assert same["tokens"] == plain["tokens"] and same["timings"]["draft_n"] > 0, spec
-    for name, value in fields.items():
-        assert plain["generation_settings"][name] == value
-    for switch in ("xtc_probability", "dry_multiplier"):
-        if switch in fields:                             # it did run: without it the answer differs
-            off = ok(server.post("/completion", {**base, switch: 0.0}))
-            assert off["tokens"] != plain["tokens"]
+        for name, body in bases.items():
+            same = ok(server.post("/completion", {**body, **spec}))
+            assert same["tokens"] == plain[name]["tokens"] and same["timings"]["draft_n"] > 0, (name, spec)
 
 
 def test_serve_refuses_a_default_model_it_cannot_find(cli):
