@@ -2,7 +2,10 @@
 import json
 import os
 
+import pytest
 
+
+@pytest.mark.uncalibrated
 def test_a_fifo_calibration_cache_does_not_hang_a_speculative_load(cli, data_dir):
     fifo = data_dir / "calibration.json"
     os.mkfifo(fifo)

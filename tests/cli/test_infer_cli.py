@@ -17,11 +17,13 @@ def stop_reason(stderr):
     return m and m.group(1)
 
 
-def test_one_shot_answer_with_profile_line(cli):
-    proc = cli("infer", "-p", "Why is the sky blue?", "--max-tokens", "40")
+def test_one_shot_answer_with_profile_line_and_no_library_log(cli):
+    proc = cli("infer", "-p", "Why is the sky blue?", "--max-tokens", "20")
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.split()) > 5
     assert PROFILE_LINE.search(proc.stderr), proc.stderr
+    # llama.cpp's own log is silent by default (--log shows it: the test below).
+    assert "llama_model_loader" not in proc.stderr and "llama.cpp" not in proc.stderr
 
 
 def test_greedy_paris_and_verbose_block(cli):
@@ -43,22 +45,25 @@ def test_stop_reasons_through_the_cli(cli):
     assert stop_reason(proc.stderr) == "length"
     proc = cli("infer", "-p", "Name the capital of France.", "--stop", "Paris", "--verbose")
     assert stop_reason(proc.stderr) == "stop_sequence" and "Paris" not in proc.stdout
-    proc = cli("infer", "-p", "Write a long essay about the history of the Roman Empire, with many details.",
-               "--nctx", "64", "--verbose")
+    # --nctx 64 (llama.cpp rounds the context up to 256 cells) and a counting prompt of
+    # 239 tokens: the context fills after a few answer tokens, not hundreds.
+    counting = ", ".join(str(i) for i in range(1, 55))
+    proc = cli("infer", "-p", f"Continue: {counting},", "--nctx", "64", "--verbose")
     assert stop_reason(proc.stderr) == "context_length"
+    assert int(re.search(r"^decode tokens:\s+(\d+)", proc.stderr, re.M).group(1)) < 64, proc.stderr
 
 
 def test_input_file_and_system_prompt(cli, tmp_path):
     f = tmp_path / "q.txt"
     f.write_text("What is the capital of France?")
-    proc = cli("infer", "-i", f, "-s", "Answer in one word.", "--verbose")
+    proc = cli("infer", "-i", f, "-s", "Answer in one word.", "--verbose", "--max-tokens", "16")
     assert proc.returncode == 0 and "Paris" in proc.stdout
     proc = cli("infer", "-i", tmp_path / "missing.txt")
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "missing.txt" in proc.stderr
 
 
 def test_interactive_session_over_stdin_two_turns(cli):
-    proc = cli("infer", "--max-tokens", "40", "--verbose",
+    proc = cli("infer", "--max-tokens", "16", "--verbose",
                input="My name is Alice. Remember it.\nWhat is my name?\n/bye\n")
     assert proc.returncode == 0, proc.stderr
     # Two answers, each followed by its profile block. The second prompt holds the whole
@@ -126,9 +131,8 @@ def test_version_names_the_library(cli):
     assert "system info:" in proc.stdout
 
 
-def test_llama_cpp_log_is_silent_by_default_and_shown_with_log(cli):
-    quiet = cli("infer", "-p", "hi", "--max-tokens", "2")
-    assert "llama_model_loader" not in quiet.stderr and "llama.cpp" not in quiet.stderr
+def test_llama_cpp_log_is_shown_with_log_or_geniex_log(cli):
+    # Silent by default: checked on the one-shot answer's run above.
     loud = cli("infer", "-p", "hi", "--max-tokens", "2", "--log", "info")
     assert "geniex.llama.cpp: llama_model_loader" in loud.stderr
     env = cli("infer", "-p", "hi", "--max-tokens", "2", env={"GENIEX_LOG": "debug"})

@@ -1,6 +1,7 @@
 """``geniex run``: a chat client of a running server (the real app in process, the real
 CLI as a subprocess)."""
 import re
+import shutil
 
 import pytest
 
@@ -10,8 +11,12 @@ PROFILE_LINE = re.compile(r"^— [\d.]+ tok/s • \d+ tok • [\d.]+ s first tok
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with AppServer(tmp_path_factory.mktemp("run-data")) as s:
+def server(tmp_path_factory, calibration_cache):
+    data = tmp_path_factory.mktemp("run-data")
+    # The suite's calibration cache, as data_dir has it: a speculative load finds the
+    # demo model's curves instead of measuring them.
+    shutil.copyfile(calibration_cache, data / "calibration.json")
+    with AppServer(data) as s:
         yield s
 
 

@@ -79,14 +79,17 @@ def test_context_length_stop_and_prompt_too_long(demo_model):
     s = Session(demo_model, LoadOptions(nctx=24))
     try:
         n_ctx = s.ctx.n_ctx          # llama.cpp rounds the context up (to 256 here)
-        tokens = s.vocab.tokenize(COUNTING)
+        # A counting prompt that leaves 8 cells: the context fills after a prefill (one
+        # batched decode) and a few one-row steps, not hundreds of them.
+        counting = ", ".join(str(i) for i in range(1, 400)) + ","
+        tokens = s.vocab.tokenize(counting)[:n_ctx - 8]
         gen = s.generate(tokens, greedy(max_tokens=1000))
         gen.run()
         assert gen.stats.stop_reason == "context_length"
         # The prompt and every answer token but the last fill the context exactly.
         assert len(tokens) + gen.stats.decode_tokens - 1 == n_ctx
         with pytest.raises(ContextLengthExceeded):
-            s.generate(list(tokens) * (n_ctx // len(tokens) + 1), greedy()).run()
+            s.generate(list(tokens) * 2, greedy()).run()
     finally:
         s.close()
 

@@ -55,8 +55,16 @@ def test_head_width_not_a_multiple_of_the_block_is_refused_before_the_library(tm
     Context(model, n_ctx=256, type_k="f16", type_v="f16").close()
 
 
-def test_demo_model_context_reports_its_cache_types(demo_model):
+@pytest.fixture(scope="module")
+def demo(demo_model):
+    """The demo model, loaded once for this module's contexts."""
     model = Model(demo_model)
+    yield model
+    model.close()
+
+
+def test_demo_model_context_reports_its_cache_types(demo):
+    model = demo
     assert cache_types.head_dims(model.header) == ([64], [64])
     ctx = Context(model, n_ctx=256, type_k="q8_0", type_v="q4_0")
     assert (ctx.type_k, ctx.type_v) == (cache_types.TYPES["q8_0"], cache_types.TYPES["q4_0"])
@@ -94,8 +102,8 @@ def _one_vs_batches(model, type_kv, prompt, n_threads=2):
 
 
 @pytest.fixture(scope="module", params=["Q4_1", "Q4_0"])
-def demo_and_prompt(request, demo_model):
-    model = Model(demo_model if request.param == "Q4_1" else request.getfixturevalue("demo_q4_0"))
+def demo_and_prompt(request, demo):
+    model = demo if request.param == "Q4_1" else Model(request.getfixturevalue("demo_q4_0"))
     assert model.describe().endswith(request.param)
     return model, _prompt(model)
 
@@ -114,10 +122,10 @@ def test_q8_0_cache_one_row_decode_equals_batch_rows_on_two_threads(demo_and_pro
     assert np.array_equal(one, two) and np.array_equal(two, five)
 
 
-def test_f16_cache_one_row_decode_differs_on_two_threads_past_512_cells(demo_model):
+def test_f16_cache_one_row_decode_differs_on_two_threads_past_512_cells(demo):
     # The documented cause: ggml-cpu's split-KV flash attention for a single query row
     # with F16 K/V and >= 512 KV cells. Multi-row batches still agree with each other.
-    model = Model(demo_model)
+    model = demo
     prompt = _prompt(model)
     one, two, five = _one_vs_batches(model, "f16", prompt)
     assert np.array_equal(two, five)
@@ -125,10 +133,10 @@ def test_f16_cache_one_row_decode_differs_on_two_threads_past_512_cells(demo_mod
     assert np.abs(one - two).max() < 2.0        # a different summation order, not garbage
 
 
-def test_thread_counts_can_change_between_decodes(demo_model):
+def test_thread_counts_can_change_between_decodes(demo):
     # llama_set_n_threads: what a loop uses to run one-row decodes and batches on
     # different thread counts (e.g. under a busy neighbour) without a new context.
-    model = Model(demo_model)
+    model = demo
     prompt = _prompt(model)
     ctx = Context(model, n_ctx=256, n_threads=1, n_threads_batch=1, type_k="q8_0", type_v="q8_0")
     assert ctx.threads == (1, 1)

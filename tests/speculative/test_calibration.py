@@ -2,6 +2,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from geniex.engine.session import LoadOptions, Session
 from geniex.speculative import policy
 from geniex.speculative.options import SpecOptions
@@ -47,3 +49,33 @@ def test_a_curve_measured_during_stalls_is_measured_again(tmp_path):
     assert cache.get("k") is None
     cache.put("k", ({1: 1.0, 2: 1.9}, 0.01))
     assert cache.get("k") == ({1: 1.0, 2: 1.9}, 0.01)
+
+
+def test_the_suites_data_dir_holds_the_curves_a_demo_model_load_looks_up(demo_model, data_dir):
+    """The data_dir fixture starts with the suite's calibration cache (measured once per
+    run, tests/support/shared_fixtures.py): a speculative load of the demo model finds its
+    curves there and measures nothing again (a measured curve would replace the entry)."""
+    path = data_dir / "calibration.json"
+    st = Path(demo_model).stat()
+    prefix = f"{Path(demo_model).resolve()}|{st.st_size}|{int(st.st_mtime)}|"
+    before = {k: v for k, v in json.loads(path.read_text()).items() if k.startswith(prefix)}
+    assert before and not any(v.get("stalled") for v in before.values()), before
+    s = Session(demo_model, LoadOptions(nctx=256, data_dir=data_dir, spec=SpecOptions(types=("ngram-simple",))))
+    try:
+        assert s.policy.name == "auto"
+    finally:
+        s.close()
+    after = json.loads(path.read_text())
+    assert {k: after[k] for k in before} == before
+
+
+@pytest.mark.uncalibrated
+def test_a_first_speculative_load_calibrates_into_an_empty_data_dir(demo_model, data_dir):
+    """Tests marked uncalibrated start from an empty data dir, as a user's first run: the
+    load measures the curve and caches it under the model's key."""
+    assert list(data_dir.iterdir()) == []
+    s = Session(demo_model, LoadOptions(nctx=256, data_dir=data_dir, spec=SpecOptions(types=("ngram-simple",))))
+    s.close()
+    st = Path(demo_model).stat()
+    prefix = f"{Path(demo_model).resolve()}|{st.st_size}|{int(st.st_mtime)}|"
+    assert any(k.startswith(prefix) for k in json.loads((data_dir / "calibration.json").read_text()))

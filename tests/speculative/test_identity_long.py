@@ -122,20 +122,27 @@ def test_every_method_is_plain_decoding_past_long_positions(spec_session, prompt
             assert gen.stats.drafted > 0, f"{pname}: the method never drafted: the test would prove nothing"
 
 
-@pytest.mark.parametrize("sname", SAMPLINGS)
-def test_q4_0_weights_past_1024(demo_q4_0, sname):
-    """The tutorial's weight format (Q4_0, repacked on this CPU) at the defaults."""
+@pytest.fixture(scope="module")
+def q4_0_pair(demo_q4_0):
+    """Plain and ngram-mod sessions on the Q4_0 copy, loaded once for both samplings."""
     plain = Session(demo_q4_0, LoadOptions(nctx=2048, threads=THREADS, threads_batch=THREADS))
     spec = Session(demo_q4_0, LoadOptions(nctx=2048, threads=THREADS, threads_batch=THREADS,
                                           spec=SpecOptions(types=("ngram-mod",), policy="fixed")))
-    try:
-        tokens = long_prompt(plain, 1000)
-        out = []
-        for s in (plain, spec):
-            gen = s.generate(tokens, GenOptions(max_tokens=ANSWER, sampling=SAMPLINGS[sname]))
-            gen.run()
-            out.append(gen.tokens)
-        assert out[0] == out[1] and len(tokens) + len(out[0]) > 1024
-    finally:
-        spec.close()
-        plain.close()
+    yield plain, spec
+    spec.close()
+    plain.close()
+
+
+@pytest.mark.parametrize("sname", SAMPLINGS)
+def test_q4_0_weights_past_1024(q4_0_pair, sname):
+    """The tutorial's weight format (Q4_0, repacked on this CPU) at the defaults. Each
+    session starts from an empty cache (the first sampling's prompt is not reused)."""
+    tokens = long_prompt(q4_0_pair[0], 1000)
+    out = []
+    for s in q4_0_pair:
+        s.reset(drafts=True)
+        gen = s.generate(tokens, GenOptions(max_tokens=ANSWER, sampling=SAMPLINGS[sname]))
+        gen.run()
+        assert gen.stats.prompt_reused == 0
+        out.append(gen.tokens)
+    assert out[0] == out[1] and len(tokens) + len(out[0]) > 1024

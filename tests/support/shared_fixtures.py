@@ -1,7 +1,9 @@
 """Shared fixtures (a pytest plugin, registered in tests/conftest.py): the real demo
 model, generated tiny Gemma-4 MTP models, and a runner for the CLI as a subprocess with
 its own data dir."""
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session", autouse=True)
 def _private_default_data_dir(tmp_path_factory):
     """In-process sessions write the draft policy's calibration to the default data dir:
-    point it at a temporary folder, never at the user's own cache."""
+    point it at a temporary folder, never at the user's own cache. Yields its path."""
     old = os.environ.get("GENIEX_DATADIR")
-    os.environ["GENIEX_DATADIR"] = str(tmp_path_factory.mktemp("default-data-dir"))
-    yield
+    path = tmp_path_factory.mktemp("default-data-dir")
+    os.environ["GENIEX_DATADIR"] = str(path)
+    yield path
     if old is None:
         os.environ.pop("GENIEX_DATADIR", None)
     else:
@@ -69,12 +72,94 @@ def tiny(tmp_path_factory):
     }
 
 
+def _calibration_key_prefix(model):
+    """How the calibration cache's keys for ``model`` start (Session._verify_cost: the
+    resolved path, size and mtime of the file)."""
+    st = Path(model).stat()
+    return f"{Path(model).resolve()}|{st.st_size}|{int(st.st_mtime)}|"
+
+
+def _curves(path):
+    """The calibration entries of ``path``, or {} when it is no regular file (a test may
+    leave a FIFO or a symlink there)."""
+    if path.is_symlink() or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def _keep_stalled_curves(path):
+    """Drop the "measured during stalls" mark from the suite's cache at ``path``: a load
+    would measure such a curve again, at every load while the machine is busy (as on a
+    user's machine); the suite keeps what it measured once instead, since its own load is
+    what was measured (the curve only prices drafts; the output is the same whatever it
+    says)."""
+    data = _curves(path)
+    if any(v.get("stalled") for v in data.values()):
+        for value in data.values():
+            value.pop("stalled", None)
+        path.write_text(json.dumps(data))
+
+
+@pytest.fixture(scope="session")
+def calibration_cache(_private_default_data_dir, demo_model):
+    """The suite's calibration cache: the default data dir's ``calibration.json``, with the
+    demo model's verify cost curves measured once (every core and one thread, the
+    default q8_0 cache), as a user's machine has it after its first speculative load.
+    Every ``data_dir`` starts with a copy, and gives back the curves its test measured
+    (another model, other threads), so each model and setting is calibrated once per
+    run instead of at every speculative load. Tests *of* calibration start empty
+    (``@pytest.mark.uncalibrated``)."""
+    from geniex.engine.session import LoadOptions, Session
+    from geniex.speculative.options import SpecOptions
+    path = _private_default_data_dir / "calibration.json"
+    prefix = _calibration_key_prefix(demo_model)
+    Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("ngram-simple",)))).close()
+    _keep_stalled_curves(path)
+    data = json.loads(path.read_text())
+    # The copy is worth something only if its keys are the ones a load looks up.
+    assert any(k.startswith(prefix) for k in data), data
+    return path
+
+
 @pytest.fixture
-def data_dir(tmp_path):
-    """An empty store for one test."""
+def data_dir(tmp_path, request):
+    """A store for one test: empty but for the suite's calibration cache (see
+    ``calibration_cache``); a test marked ``fast`` (no model) or ``uncalibrated`` (a test
+    of calibration or of what a first load finds) starts with nothing at all."""
     d = tmp_path / "geniex-data"
     d.mkdir()
-    return d
+    seeded = request.node.get_closest_marker("fast") is None and \
+        request.node.get_closest_marker("uncalibrated") is None
+    seed = request.getfixturevalue("calibration_cache") if seeded else None
+    if seed is not None:
+        shutil.copyfile(seed, d / "calibration.json")
+    yield d
+    if seed is not None:
+        # Curves this test measured (another model, other threads) serve the next tests;
+        # a model made in the test's own tmp_path is never loaded again (not worth a place
+        # among the cache's newest entries, policy.KEEP).
+        from geniex.speculative.policy import CalibrationCache
+        known, cache = _curves(seed), CalibrationCache(seed)
+        private = str(tmp_path.resolve())
+        for key, value in _curves(d / "calibration.json").items():
+            if key not in known and not key.startswith(private):
+                try:
+                    cache.put(key, ({int(r): float(c) for r, c in value["costs"].items()}, float(value["one_row"])))
+                except (KeyError, TypeError, ValueError, AttributeError):
+                    pass
+
+
+@pytest.fixture(autouse=True)
+def _measured_once(request, _private_default_data_dir):
+    """In-process loads write their curves to the default data dir; keep them even if
+    measured during stalls (see ``_keep_stalled_curves``)."""
+    yield
+    if request.node.get_closest_marker("fast") is None:
+        _keep_stalled_curves(_private_default_data_dir / "calibration.json")
 
 
 @pytest.fixture
