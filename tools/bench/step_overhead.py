@@ -49,6 +49,7 @@ from report import table  # noqa: E402
 
 CURVE = {1: 1.0, 2: 2.0, 4: 2.8, 8: 4.2, 16: 7.9}   # the policy's prices in the replay (no timing)
 FIRST = 4             # steps that count as an answer's first
+PARTS = ("drafter lookup", "drafter update", "policy")   # timed calls (Clock); the rest is the loop's
 
 
 class Clock:
@@ -106,9 +107,10 @@ def replay_part(reqs, n_vocab, eog, method):
                 if measured and step.index > 0 and not step.drafted:
                     total = (now - t) * 1e6
                     timed = 0.0
-                    for part, secs in parts.items():
-                        out.setdefault((mode, part), []).append(secs * 1e6)
-                        timed += secs * 1e6
+                    for part in (PARTS if mode == "spec" else ()):
+                        secs = parts.get(part, 0.0) * 1e6      # a part not called this step: 0
+                        out.setdefault((mode, part), []).append(secs)
+                        timed += secs
                     out.setdefault((mode, "rest of the loop"), []).append(total - timed)
                     out.setdefault((mode, "total"), []).append(total)
                 t = time.thread_time()
@@ -131,7 +133,7 @@ def model_part(args, chosen):
                                                    spec=SpecOptions(types=(args.method,))))
     tpl = template_for(s.model)
     answers_of, rec, i = {}, {}, 0
-    ratios = {}
+    ratios, verifies = {}, []          # verifies: (rows, position, CPU seconds) of the drafted steps
     for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
         earlier = answers_of.get((w.name, r), [])
         messages = []
@@ -157,6 +159,7 @@ def model_part(args, chosen):
         if not measured:
             continue
         ratios.setdefault(w.name, []).append(runs[False][2] / runs[True][2])
+        verifies.extend((rows, p, cpu) for p, rows, _wall, cpu, idx in runs[True][0] if rows > 1 and idx > 0)
         plain_at = {p: (wall, cpu) for p, _rows, wall, cpu, idx in runs[False][0] if idx > 0}
         prev_rows = 1
         for p, rows, wall, cpu, idx in runs[True][0]:
@@ -180,8 +183,9 @@ def model_part(args, chosen):
         for p, (wall, cpu) in plain_at.items():
             rec.setdefault((w.name, "plain, every step"), {"spec": [], "plain": [], "diff": []})["plain"].append(
                 (wall, cpu))
+    curve = [s.policy.verify_cost(k) for k in range(512)] if hasattr(s.policy, "verify_cost") else None
     s.close()
-    return rec, ratios
+    return rec, ratios, verifies, curve
 
 
 def med(xs, i):
@@ -223,7 +227,7 @@ def main(argv=None):
     if args.replay_only:
         return 0
 
-    rec, ratios = model_part(args, chosen)
+    rec, ratios, verifies, curve = model_part(args, chosen)
     load_after = os.getloadavg()
     print(f"\n# the model: {args.method} and plain on one session, threads {args.threads or 'every core'}; "
           f"ms per step, median; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
@@ -237,6 +241,20 @@ def main(argv=None):
                      f"{med(k['diff'], 0):+.3f}" if k["diff"] else "-", f"{med(k['diff'], 1):+.3f}" if k["diff"] else "-"])
     print(table(["workload", "speculative step", "steps", "spec wall", "spec CPU", "plain wall (same positions)",
                  "plain CPU", "spec - plain wall", "spec - plain CPU"], rows))
+    one = statistics.median(c for k in rec.values() for _w, c in k["plain"]) if rec else float("nan")
+    rows = []
+    for lo, hi in ((2, 2), (3, 4), (5, 8), (9, 17)):
+        got = [(r, p, c) for r, p, c in verifies if lo <= r <= hi]
+        if not got:
+            continue
+        r_mid = statistics.median(r for r, _p, _c in got)
+        rows.append([f"{lo}-{hi}" if hi > lo else str(lo), len(got), f"{r_mid:g}",
+                     f"{statistics.median(p for _r, p, _c in got):.0f}",
+                     f"{statistics.median(c for _r, _p, c in got) / one:.2f}",
+                     f"{curve[int(r_mid) - 1]:.2f}" if curve else "-"])
+    print(f"\nVerify steps in the answers: CPU time over the plain one-row step's median ({one * 1000:.2f} ms), "
+          "and the draft policy's price for that many rows (measured at load, on an empty cache):")
+    print(table(["rows", "steps", "median rows", "median position", "in the loop", "policy's curve"], rows))
     print("\nplain decode time / speculative decode time, per request: " + "; ".join(
         f"{k} " + " ".join(f"{x:.3f}" for x in v) + f" (median {statistics.median(v):.3f})" for k, v in ratios.items()))
     return 0
