@@ -171,9 +171,10 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             draft = drafter.propose(history, n_past, policy.cap(room)) if room > 0 else EMPTY
             method = draft.method or drafter.name
             # The one cut, whatever the drafter returned: room and end tokens, then the
-            # policy's choice.
-            drafts = draft.tokens[:policy.take(method, _offered(draft.tokens, room, answer.eog), draft.grade,
-                                               draft.probs)]
+            # policy's choice. Nothing offered: the step is a plain step (no policy call).
+            drafts = draft.tokens
+            if drafts:
+                drafts = drafts[:policy.take(method, _offered(drafts, room, answer.eog), draft.grade, draft.probs)]
             if drafts and answer.constraint is not None:
                 # A draft token the grammar forbids can never be sampled: cut it (and what
                 # follows it) before the verify rather than reject it there.
@@ -193,7 +194,8 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             if used <= len(drafts):
                 ctx.trim(n_past)                # rows after the last used one hold rejected drafts
             examined, accepted = min(used, len(drafts)), min(used, accepted)
-            policy.observe(method, draft.tokens, sampled, t1 - t0, draft.grade, draft.probs)
+            if draft.tokens:
+                policy.observe(method, draft.tokens, sampled, t1 - t0, draft.grade, draft.probs)
             t2 = time.perf_counter()
             stats.record_step(examined, accepted, t1 - t0, t2 - t1, t2 - t_start if committed else None,
                               len(draft.tokens), method if drafts else "")

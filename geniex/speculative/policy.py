@@ -107,6 +107,7 @@ class GainPolicy:
         self.stats = {}                           # (method, grade) -> [accepted, rejected, draft cost d]
         self.calibration = {}                     # method -> [accepted, rejected] per probability bucket
         self.steps = 0
+        self.costly = False                       # some method's drafting time per token is above COSTLY
 
     def verify_cost(self, k, setting="all"):
         """Time of a (k+1)-row verify in one-row decodes on ``setting`` (a name from
@@ -140,6 +141,8 @@ class GainPolicy:
         with ``probs`` (a model drafter's probability per draft token, at least ``limit``
         of them) each token's acceptance is its probability bucket's record instead of
         the method's mean."""
+        if limit <= 0:
+            return 0                              # nothing offered: the step is a plain one
         acc, rej, d = self._state(method, grade)
         a = acc / (acc + rej)
         cal = self._calibration(method) if probs is not None else None
@@ -164,8 +167,8 @@ class GainPolicy:
         if not self.stats:
             return room
         self.steps += 1
-        if max(st[2] for st in self.stats.values()) <= COSTLY:
-            return room
+        if not self.costly:
+            return room                           # drafting costs nothing measurable: offer it all
         best = max(self.best(m, room, g) for m, g in self.stats)
         return min(room, best + (0 if self.steps % EXPLORE else 1))
 
@@ -199,6 +202,7 @@ class GainPolicy:
             return      # a lookup's time does not grow with the draft: no per-token cost
         per_token = draft_time / len(draft) / self.one_row
         st[2] = per_token if st[2] == 0.0 else 0.8 * st[2] + 0.2 * per_token
+        self.costly = max(rec[2] for rec in self.stats.values()) > COSTLY
 
     def acceptance(self, method, grade=0):
         """The learnt per-token acceptance of ``method``'s drafts of ``grade``."""

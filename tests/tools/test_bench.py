@@ -17,7 +17,7 @@ def bench_path(monkeypatch):
     """tools/bench on sys.path, as its scripts have it (they import each other by name)."""
     monkeypatch.syspath_prepend(str(BENCH))
     for name in [m for m in sys.modules if m == "workloads" or m.startswith("workloads.")
-                 or m in ("report", "configs", "counts", "profile_steps")]:
+                 or m in ("report", "configs", "counts", "profile_steps", "step_overhead")]:
         monkeypatch.delitem(sys.modules, name)
 
 
@@ -125,6 +125,27 @@ def test_the_profiles_ceiling_is_the_cheapest_way_to_draft_the_copyable_tokens(b
     assert _ceiling(flags, free, 2) == 5.0        # one draft per step at most
     dear = [0.0] + [float(r) for r in range(1, 42)]
     assert _ceiling(flags, dear, 17) == len(flags)  # as plain decoding
+
+
+@pytest.mark.fast
+def test_step_overhead_splits_the_loops_own_time_and_drafts_on_a_repeat(bench_path):
+    """step_overhead's replay part on a made-up request whose answer repeats its prompt:
+    plain steps have no drafter or policy time, speculative steps without a draft have
+    each part, and the parts add up to the step."""
+    from step_overhead import replay_part
+
+    class Wl:
+        name = "repeat"
+    text = list(range(100, 140))
+    prompt, answer = text + [7, 8], text + [2]       # the answer copies the prompt, then ends (2)
+    cpu = replay_part([(Wl, prompt, answer, len(answer), True)], 200, frozenset({2}), "ngram-mod")
+    assert set(p for mode, p in cpu if mode == "plain") == {"rest of the loop", "total"}
+    spec = {p for mode, p in cpu if mode == "spec"}
+    assert {"drafter lookup", "drafter update", "policy", "total"} <= spec
+    # Drafting worked: fewer speculative steps without a draft than plain steps.
+    assert len(cpu[("spec", "total")]) < len(cpu[("plain", "total")])
+    for i, total in enumerate(cpu[("spec", "total")]):
+        assert sum(cpu[("spec", p)][i] for p in spec - {"total"}) == pytest.approx(total)
 
 
 @pytest.mark.fast

@@ -89,12 +89,17 @@ class _Indexed(Drafter):
 
     def _sync(self, history, upto):
         """Append ``history[:upto]``'s new tokens to the segment and index them."""
-        have = len(self.corpus) - self.seg
-        if upto > have:
-            self.corpus.extend(history[have:upto])
-        for end in range(max(self.indexed, self.seg + self.n), len(self.corpus)):
-            self.add(self.corpus, end)
-        self.indexed = len(self.corpus)
+        corpus = self.corpus
+        have = len(corpus) - self.seg
+        if upto == have + 1:
+            corpus.append(history[have])          # a step that committed one token: no slice
+        elif upto > have:
+            corpus.extend(history[have:upto])
+        size = len(corpus)
+        if self.indexed < size:
+            for end in range(max(self.indexed, self.seg + self.n), size):
+                self.add(corpus, end)
+            self.indexed = size
 
     def add(self, corpus, end):
         """Record that corpus[end - n:end] was followed by corpus[end]."""
@@ -146,7 +151,7 @@ class NgramMod(_Indexed):
     def add(self, corpus, end):
         key = tuple(corpus[end - self.n:end])
         prev = self.prev
-        if len(prev) < end:
+        if len(prev) < end:                # positions not indexed (a segment's first n)
             prev.extend(array("q", [UNINDEXED]) * (end - len(prev)))
         prev.append(self.last.get(key, -1))
         self.last[key] = end
@@ -193,7 +198,10 @@ class NgramMod(_Indexed):
         if total - self.seg < n:
             return None, 0, 0, 0.0             # the text is its segment: shorter than a key
         short = n - len(out)               # key tokens that come from the corpus
-        key = tuple(corpus[len(corpus) - short:] + out) if short > 0 else tuple(out[-n:])
+        if not out:
+            key = tuple(corpus[-n:])       # the step's first lookup: one slice, no concatenation
+        else:
+            key = tuple(corpus[len(corpus) - short:] + out) if short > 0 else tuple(out[-n:])
         answered = total - self.answer     # text tokens since this answer began
         whole = min(CONTEXT, total - n - self.seg)   # a context this long matched it all
         e = self.last.get(key)
