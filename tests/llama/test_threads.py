@@ -65,7 +65,7 @@ def test_switching_threads_mid_answer_keeps_the_answer(demo_model, monkeypatch):
         # decodes on two threads are what a loaded machine makes slow.
         prompt = s.vocab.tokenize("The history of the lighthouse begins " * 60)[:600]
         s.ctx.governor = None
-        ref = s.generate(prompt, GenOptions(max_tokens=24, sampling=SamplingParams())).run()
+        ref = s.generate(prompt, GenOptions(max_tokens=40, sampling=SamplingParams())).run()
         monkeypatch.setattr(threads, "PROBE_EVERY", 2)
         monkeypatch.setattr(threads, "FIRST_PROBE", 2)
         monkeypatch.setattr(threads, "MAX_INTERVAL", 2)
@@ -77,7 +77,7 @@ def test_switching_threads_mid_answer_keeps_the_answer(demo_model, monkeypatch):
         s.ctx.governor = ThreadGovernor(s.ctx, 2, 2)
         # The prompt stays cached (the second answer decodes only its last token): both
         # answers read the same cache, and the prompt is decoded once.
-        gen = s.generate(prompt, GenOptions(max_tokens=24, sampling=SamplingParams()))
+        gen = s.generate(prompt, GenOptions(max_tokens=40, sampling=SamplingParams()))
         got = gen.run()
         assert gen.stats.prompt_reused == len(prompt) - 1
         assert s.ctx.governor.switches >= 5
