@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,21 @@ from geniex.server.validation import schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = "demo/SmolLM2-135M-Instruct:Q4_1"
+
+
+def seed_calibration(data_dir):
+    """Start a server's data dir with the suite's calibration cache (the default data
+    dir's ``calibration.json``, see ``shared_fixtures.calibration_cache``) when it has
+    none, so a speculative load reads the demo model's curves instead of measuring them
+    again; a dir that already has a cache, or a run that has measured none yet, is left
+    as it is (the load then calibrates, as on a user's first run)."""
+    suite = os.environ.get("GENIEX_DATADIR")
+    if not suite:
+        return
+    source, target = Path(suite) / "calibration.json", Path(data_dir) / "calibration.json"
+    if source.is_file() and not source.is_symlink() and Path(data_dir).is_dir() \
+            and not os.path.lexists(target) and Path(data_dir).resolve() != Path(suite).resolve():
+        shutil.copyfile(source, target)
 
 
 class Http:
@@ -59,6 +75,7 @@ class AppServer(Http):
         from geniex.server.answering import Defaults
         from geniex.server.app import ServerConfig, create_app
         from geniex.server.serving import addresses_of, make_server
+        seed_calibration(data_dir)
         config = ServerConfig(data_dir=data_dir, bind_host="127.0.0.1", **fields)
         if nctx is not None:
             config.defaults = Defaults(nctx=nctx)
@@ -133,6 +150,7 @@ class Server(Http):
     """``python -m geniex serve`` with its own data dir; use as a context manager."""
 
     def __init__(self, data_dir, *args, env=None, timeout=30):
+        seed_calibration(data_dir)
         full_env = dict(os.environ)
         full_env.update({"GENIEX_DATADIR": str(data_dir), "PYTHONUNBUFFERED": "1"})
         full_env.pop("GENIEX_LOG", None)
