@@ -13,8 +13,8 @@ k to maximise expected committed tokens per unit of time:
     k*   = argmax E(k) / T(k) over 0..limit   (k* = 0: no draft this step)
 
 ``cost`` is measured when a model loads (:func:`calibrate`: the fastest of a few decodes
-of every size from 1 to 8 rows and of 16, interpolated between 8 and 16; cached per model file, threads and
-KV cache type), on every core and, where the thread governor may move the answer to one
+of every size from 1 to 8 rows and of 16, interpolated between 8 and 16; cached per model
+file, threads and KV cache type), on every core and, where the thread governor may move the answer to one
 thread, on one thread too (a batch row costs more there than on every core), and the
 policy uses the curve of the governor's setting;
 ``a`` is the per-token acceptance of each drafting method's drafts of the draft's grade
