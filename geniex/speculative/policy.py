@@ -13,8 +13,8 @@ k to maximise expected committed tokens per unit of time:
     k*   = argmax E(k) / T(k) over 0..limit   (k* = 0: no draft this step)
 
 ``cost`` is measured when a model loads (:func:`calibrate`: the fastest of a few decodes
-of 1, 2, 4, 8 and 16 rows, interpolated between them; cached per model file, threads and
-KV cache type), on every core and, where the thread governor may move the answer to one
+of every size from 1 to 8 rows and of 16, interpolated between 8 and 16; cached per model
+file, threads and KV cache type), on every core and, where the thread governor may move the answer to one
 thread, on one thread too (a batch row costs more there than on every core), and the
 policy uses the curve of the governor's setting;
 ``a`` is the per-token acceptance of each drafting method's drafts of the draft's grade
@@ -50,11 +50,17 @@ DECAY = 0.95          # weight of the past in the acceptance counts, per step
 # measured for them with fixed lengths, so that a verbatim repeat is drafted from its
 # first sighting (ngram-mod's drafts carry per-token probabilities, which decide instead).
 PRIORS = {0: (2.0, 1.0), 1: (2.0, 1.0), 2: (2.5, 0.5), 3: (2.75, 0.25), 4: (2.95, 0.05)}
-ROWS = (1, 2, 4, 8, 16)
+# Every size up to 8 rows: a batch's cost on this CPU is a staircase, not a line (the
+# demo model's Q4_1 kernels take rows in pairs, so 3 rows cost about what 4 do; repacked
+# Q4_0 weights take them in fours, so 7 rows cost more than 8), and a curve interpolated
+# between 1, 2, 4 and 8 priced 3, 5 and 7 rows 10-15% below what they cost
+# (tools/bench/BENCHMARKS.md, "Verify cost").
+ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 16)
 REPEATS = 3           # decodes of each size when calibrating (the fastest counts)
 # Part of the calibration cache's key: curves measured the way this version measures them
 # (sizes taking turns) replace those measured before (each size's decodes in one burst).
-CALIBRATION = "v3"
+# v4: every size up to 8 rows (v3 curves lack 3, 5, 6 and 7, and are measured again).
+CALIBRATION = "v4"
 STALLED = 1.5         # a batch measured above this many times its rows: a stall, not a cost
 EXPLORE = 8           # a drafter that costs time offers its one extra, teaching token this often
 COSTLY = 0.05         # drafting time per token (in one-row decodes) above which that matters
@@ -234,7 +240,7 @@ def calibrate(ctx, batch, token, repeats=REPEATS):
     ``({rows: time / one-row time}, one-row seconds)`` for rows in :data:`ROWS`, each the
     fastest of ``repeats`` decodes (a busy neighbour only ever slows a decode down).
 
-    The sizes take turns (1, 2, 4, 8, 16 rows, then again), so that a slow spell of the
+    The sizes take turns (1, 2, ... 8, 16 rows, then again), so that a slow spell of the
     machine falls on every size alike instead of on the few decodes of one size: three
     one-row decodes measured during a neighbour's burst made every batch look cheap, and
     the curve is cached for the model. Each timed decode follows a one-row decode, as in

@@ -106,7 +106,10 @@ def replay(args):
     eog = frozenset(eog)
     method = args.method
     drafter = ngram.make(method, SpecOptions(types=(method,)))
-    policy = pol.GainPolicy(curve, 0.006) if args.policy == "auto" else FIXED
+    # The policy prices drafts by --policy-curve where given (a curve measured at other
+    # sizes, e.g. 2:2.0,4:2.8,8:4.2,16:7.9 without 3, 5, 6 and 7 rows), the steps by --curve.
+    seen = _parse_curve(args.policy_curve) if args.policy_curve else curve
+    policy = pol.GainPolicy(seen, 0.006) if args.policy == "auto" else FIXED
     longest = drafter.n_max + 1
     tallies, memory = {}, []
     for wl, prompt, sampled, n_tokens, measured in reqs:
@@ -277,6 +280,8 @@ def main(argv=None):
     ap.add_argument("--policy", default="auto", choices=("auto", "fixed"))
     ap.add_argument("--curve", help="verify cost by rows, e.g. 2:2.0,4:2.8,8:4.2,16:7.9 (default: measure)")
     ap.add_argument("--cache", type=Path, default=CACHE, help="plain answers cache (counts.py's)")
+    ap.add_argument("--policy-curve", help="the verify cost curve the draft policy sees (default: --curve); the "
+                    "steps are priced by --curve either way: what a policy misled by its curve costs")
     ap.add_argument("--timed", action="store_true", help="wall clock on the real model instead (noisy)")
     args = ap.parse_args(argv)
     return timed(args) if args.timed else replay(args)
@@ -386,6 +391,11 @@ def _marginal(step_s, one):
     ms = statistics.mean(s for _, s in pts)
     var = sum((r - mr) ** 2 for r, _ in pts)
     return max(0.0, sum((r - mr) * (s - ms) for r, s in pts) / var) if var else one
+
+
+def _parse_curve(text):
+    """``2:2.0,4:2.8`` -> {1: 1.0, 2: 2.0, 4: 2.8}."""
+    return {1: 1.0, **{int(a): float(b) for a, b in (x.split(":") for x in text.split(","))}}
 
 
 def _interp(curve, rows):

@@ -133,7 +133,7 @@ def model_part(args, chosen):
                                                    spec=SpecOptions(types=(args.method,))))
     tpl = template_for(s.model)
     answers_of, rec, i = {}, {}, 0
-    ratios, verifies = {}, []          # verifies: (rows, position, CPU seconds) of the drafted steps
+    ratios, cpu_ratios, verifies = {}, {}, []          # verifies: (rows, position, CPU seconds) of the drafted steps
     for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
         earlier = answers_of.get((w.name, r), [])
         messages = []
@@ -159,6 +159,8 @@ def model_part(args, chosen):
         if not measured:
             continue
         ratios.setdefault(w.name, []).append(runs[False][2] / runs[True][2])
+        cpu_time = {spec: sum(c for _p, _r, _w, c, idx in runs[spec][0] if idx > 0) for spec in runs}
+        cpu_ratios.setdefault(w.name, []).append(cpu_time[False] / cpu_time[True])
         verifies.extend((rows, p, cpu) for p, rows, _wall, cpu, idx in runs[True][0] if rows > 1 and idx > 0)
         plain_at = {p: (wall, cpu) for p, _rows, wall, cpu, idx in runs[False][0] if idx > 0}
         prev_rows = 1
@@ -185,7 +187,7 @@ def model_part(args, chosen):
                 (wall, cpu))
     curve = [s.policy.verify_cost(k) for k in range(512)] if hasattr(s.policy, "verify_cost") else None
     s.close()
-    return rec, ratios, verifies, curve
+    return rec, (ratios, cpu_ratios), verifies, curve
 
 
 def med(xs, i):
@@ -227,7 +229,7 @@ def main(argv=None):
     if args.replay_only:
         return 0
 
-    rec, ratios, verifies, curve = model_part(args, chosen)
+    rec, (ratios, cpu_ratios), verifies, curve = model_part(args, chosen)
     load_after = os.getloadavg()
     print(f"\n# the model: {args.method} and plain on one session, threads {args.threads or 'every core'}; "
           f"ms per step, median; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after "
@@ -255,8 +257,9 @@ def main(argv=None):
     print(f"\nVerify steps in the answers: CPU time over the plain one-row step's median ({one * 1000:.2f} ms), "
           "and the draft policy's price for that many rows (measured at load, on an empty cache):")
     print(table(["rows", "steps", "median rows", "median position", "in the loop", "policy's curve"], rows))
-    print("\nplain decode time / speculative decode time, per request: " + "; ".join(
-        f"{k} " + " ".join(f"{x:.3f}" for x in v) + f" (median {statistics.median(v):.3f})" for k, v in ratios.items()))
+    for label, got in (("decode time", ratios), ("CPU time of the steps after the first", cpu_ratios)):
+        print(f"\nplain / speculative {label}, per request: " + "; ".join(
+            f"{k} " + " ".join(f"{x:.3f}" for x in v) + f" (median {statistics.median(v):.3f})" for k, v in got.items()))
     return 0
 
 
