@@ -14,6 +14,7 @@ Requantizing from an already quantized file loses a little more than quantizing 
 the original weights; for a test fixture that is irrelevant (it is a valid Q4_0 model).
 """
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -57,6 +58,24 @@ def requantize(src, dst, qtype="q4_0", *, reuse=True):
     return rewrite(src, dst, {Keys.General.FILE_TYPE: int(file_type)}, tensor)
 
 
+@functools.lru_cache(maxsize=4)
+def _source(src, _size, _mtime):
+    """``src``'s architecture, metadata as ``(name, value, type, sub-type)`` and tensors,
+    read once per run for a given file version: the suite writes several variants of the
+    demo model, and decoding its 49k-entry vocabulary arrays is much of each rewrite."""
+    reader = GGUFReader(src)
+    arch = reader.get_field(Keys.General.ARCHITECTURE).contents()
+    fields = []
+    for field in reader.fields.values():
+        # GGUF.* are virtual (version, counts); the architecture is written by GGUFWriter.
+        if field.name.startswith("GGUF.") or field.name == Keys.General.ARCHITECTURE:
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        fields.append((field.name, field.contents(), vtype, sub))
+    return arch, fields, reader.tensors
+
+
 def rewrite(src, dst, keys=None, tensor=None):
     """Write ``dst``: ``src`` with the metadata ``keys`` set (``{name: value}``; new
     integer keys are written as uint32, strings as strings) and each tensor replaced by
@@ -64,24 +83,19 @@ def rewrite(src, dst, keys=None, tensor=None):
     Written under a temporary name and renamed; returns ``dst``."""
     src, dst = Path(src), Path(dst)
     keys = dict(keys or {})
-    reader = GGUFReader(src)
-    arch = reader.get_field(Keys.General.ARCHITECTURE).contents()
+    st = src.stat()
+    arch, fields, tensors = _source(src.resolve(), st.st_size, st.st_mtime_ns)
     tmp = dst.with_name(dst.name + ".part")
     writer = GGUFWriter(tmp, arch)
-    for field in reader.fields.values():
-        # GGUF.* are virtual (version, counts); the architecture is written by GGUFWriter.
-        if field.name.startswith("GGUF.") or field.name == Keys.General.ARCHITECTURE:
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
-        value = keys.pop(field.name) if field.name in keys else field.contents()
-        writer.add_key_value(field.name, value, vtype, sub_type=sub)
+    for name, contents, vtype, sub in fields:
+        value = keys.pop(name) if name in keys else contents
+        writer.add_key_value(name, value, vtype, sub_type=sub)
     for name, value in keys.items():            # keys the source does not have
         if isinstance(value, str):
             writer.add_key_value(name, value, GGUFValueType.STRING)
         else:
             writer.add_key_value(name, int(value), GGUFValueType.UINT32)
-    for t in reader.tensors:
+    for t in tensors:
         replaced = tensor(t) if tensor is not None else None
         if replaced is not None:
             writer.add_tensor(t.name, replaced[0], raw_dtype=replaced[1])
