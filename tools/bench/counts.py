@@ -53,6 +53,17 @@ GRID_N = (2, 3, 4, 6, 8)
 GRID_MAX = (4, 8, 16, 32)
 
 
+def conversation(turns, answers):
+    """Chat messages of a request: its user ``turns``, each earlier one followed by its
+    ``answers`` entry (an agent session's later turn sees the earlier answers)."""
+    messages = []
+    for i, turn in enumerate(turns):
+        messages.append({"role": "user", "content": turn})
+        if i < len(turns) - 1:
+            messages.append({"role": "assistant", "content": answers[i]})
+    return messages
+
+
 def requests(chosen, rounds, quick):
     """The bench's request sequence: (workload, round, messages so far, n, measured)."""
     for r in range(rounds):
@@ -82,11 +93,7 @@ class PlainAnswers:
         """Token ids of a conversation: user turns, the earlier ones answered by ``answers``."""
         from geniex.engine.chat import template_for
         s = self._session()
-        messages = []
-        for i, turn in enumerate(turns):
-            messages.append({"role": "user", "content": turn})
-            if i < len(turns) - 1:
-                messages.append({"role": "assistant", "content": answers[i]})
+        messages = conversation(turns, answers)
         return s.tokenize_prompt(template_for(s.model).render(messages))
 
     def answer(self, tokens, n):
@@ -250,6 +257,13 @@ def replayed_requests(args):
     else:
         curve = measured_curve()
     plain = PlainAnswers(args.cache)
+    return chosen, curve, plain, answered_requests(chosen, args, plain)
+
+
+def answered_requests(chosen, args, plain):
+    """Each request of ``chosen`` (``args.rounds``, ``args.quick``) with its prompt and
+    ``plain``'s answer: ``(workload, prompt, sampled, n, measured)``; a later turn's
+    prompt holds the earlier turns' answers."""
     reqs, answers_of = [], {}
     for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
         earlier = answers_of.get((w.name, r), [])
@@ -257,7 +271,7 @@ def replayed_requests(args):
         sampled, text = plain.answer(prompt, n)
         answers_of[(w.name, r)] = earlier + [text]
         reqs.append((w, prompt, sampled, n, measured))
-    return chosen, curve, plain, reqs
+    return reqs
 
 
 def main(argv=None):

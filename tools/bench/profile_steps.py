@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE))
 
 import workloads  # noqa: E402
 from configs import NCTX  # noqa: E402
-from counts import CACHE, copyable_flags, requests  # noqa: E402
+from counts import CACHE, conversation, copyable_flags, requests  # noqa: E402
 from report import f2, geo_mean, table  # noqa: E402
 
 ROW_BINS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 512))
@@ -298,12 +298,7 @@ def timed(args):
     t0 = time.perf_counter()
     for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
         earlier = answers_of.get((w.name, r), [])
-        messages = []
-        for j, turn in enumerate(turns):
-            messages.append({"role": "user", "content": turn})
-            if j < len(turns) - 1:
-                messages.append({"role": "assistant", "content": earlier[j]})
-        prompt = plain.tokenize_prompt(tpl.render(messages))
+        prompt = plain.tokenize_prompt(tpl.render(conversation(turns, earlier)))
         order = (plain, spec) if i % 2 else (spec, plain)
         i += 1
         res = {}

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 import workloads  # noqa: E402
-from counts import CACHE, PlainAnswers, requests  # noqa: E402
+from counts import CACHE, PlainAnswers, answered_requests, conversation, requests  # noqa: E402
 from report import table  # noqa: E402
 
 CURVE = {1: 1.0, 2: 2.0, 4: 2.8, 8: 4.2, 16: 7.9}   # the policy's prices in the replay (no timing)
@@ -136,12 +136,7 @@ def model_part(args, chosen):
     ratios, cpu_ratios, verifies = {}, {}, []          # verifies: (rows, position, CPU seconds) of the drafted steps
     for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
         earlier = answers_of.get((w.name, r), [])
-        messages = []
-        for j, turn in enumerate(turns):
-            messages.append({"role": "user", "content": turn})
-            if j < len(turns) - 1:
-                messages.append({"role": "assistant", "content": earlier[j]})
-        prompt = s.tokenize_prompt(tpl.render(messages))
+        prompt = s.tokenize_prompt(tpl.render(conversation(turns, earlier)))
         runs = {}
         for spec in ((True, False) if i % 2 else (False, True)):
             s.reset()
@@ -208,13 +203,7 @@ def main(argv=None):
     load_before = os.getloadavg()
 
     plain = PlainAnswers(args.cache)
-    reqs, answers_of = [], {}
-    for w, r, turns, n, measured in requests(chosen, args.rounds, args.quick):
-        earlier = answers_of.get((w.name, r), [])
-        prompt = plain.prompt(turns, earlier)
-        sampled, text = plain.answer(prompt, n)
-        answers_of[(w.name, r)] = earlier + [text]
-        reqs.append((w, prompt, sampled, n, measured))
+    reqs = answered_requests(chosen, args, plain)
     n_vocab, eog = plain.vocab()
     cpu = replay_part(reqs, n_vocab, frozenset(eog), args.method)
     parts = ["drafter lookup", "drafter update", "policy", "rest of the loop", "total"]
