@@ -152,11 +152,12 @@ class ModelCache:
 
     def lease(self, key, load, cancel=None):
         """Wait for our turn, make sure the model for ``key`` is resident (calling
-        ``load(previous)`` -> Session if it is not, and return a :class:`Lease` on it.
+        ``load(previous)`` -> Session if it is not), and return a :class:`Lease` on it.
         ``previous`` is the healthy resident session being replaced, or None: ``load``
         frees it before loading (one model in memory at a time), closing it or reusing
-        its worker process (:meth:`~geniex.server.worker.WorkerSession.open`). When ``max_queue`` requests are already waiting,
-        raises a 503 with ``Retry-After`` at once instead of queueing without bound.
+        its worker process (:meth:`~geniex.server.worker.WorkerSession.open`). When
+        ``max_queue`` requests are already waiting, raises a 503 with ``Retry-After`` at
+        once instead of queueing without bound.
         ``cancel()`` turning true while waiting (the client left) gives up the place."""
         asked = time.monotonic()
         if not self._turn.acquire(max_waiting=self.max_queue, cancel=cancel):
