@@ -235,10 +235,14 @@ def test_a_full_queue_answers_503_with_retry_after(plain):
     with futures.ThreadPoolExecutor(1) as pool:
         # A streamed answer holds the model until its last event or until its client leaves.
         with requests.post(plain.url + "/v1/completions", json=long, stream=True, timeout=120) as first:
-            next(first.iter_lines())                            # the stream has started
+            # Keep the line iterator: dropping it closes the connection (urllib3 throws a
+            # generator it finalizes away), and the first answer would end right there.
+            lines = first.iter_lines()
+            next(lines)                                         # the stream has started
             second = pool.submit(plain.post, "/v1/completions", short)
             queued(plain.cache, 1)                              # the second is now waiting
             third = plain.post("/v1/completions", short)
+            assert not first.raw.closed and lines is not None   # the first answer was held all along
         assert second.result().status_code == 200               # its turn came when the first left
     err = error_of(third, 503)
     assert err["code"] == "server_busy" and int(third.headers["Retry-After"]) > 0
