@@ -273,15 +273,17 @@ NO_FCNTL = textwrap.dedent('''
 ''')
 
 
-def test_store_cli_and_server_work_without_fcntl(tmp_path):
+def test_store_cli_and_server_work_without_fcntl(tmp_path, calibration_cache):
     """A subset of the store, CLI and server tests, run by pytest in a subprocess whose
     Python (and every geniex subprocess it starts: PYTHONPATH is inherited) cannot
     import ``fcntl`` - a ``sitecustomize`` shim raises ModuleNotFoundError for it, which
-    is what Windows does."""
+    is what Windows does. (The nested run starts from this run's calibration cache, as
+    its own tests' data dirs do: tests/support/shared_fixtures.py.)"""
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(NO_FCNTL, encoding="utf-8")
-    env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT)])}
+    env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT)]),
+           "GENIEX_TEST_CALIBRATION": str(calibration_cache)}
     probe = _run(["-c", "import geniex.store, geniex.cli, geniex.server.app\n"
                         "try:\n    import fcntl\nexcept ImportError:\n    print('no fcntl')"], env=env)
     assert probe.stdout.strip() == "no fcntl", probe.stderr
