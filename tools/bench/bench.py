@@ -56,6 +56,9 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="2 rounds, shorter answers, each side at its defaults only (a few minutes)")
     ap.add_argument("--rounds", type=int, help="rounds (default 6; quick 2)")
+    ap.add_argument("--tokens", type=int, default=0, metavar="N",
+                    help="answer at most N tokens per request instead of each workload's length "
+                         "(a smoke run: the suite's check that the bench works end to end)")
     ap.add_argument("--workloads", type=_names, help="comma list (default: all): " +
                     ", ".join(w.name for w in workloads.load()))
     ap.add_argument("--methods", type=_names, default=["ngram-mod"],
@@ -89,13 +92,19 @@ def choose_workloads(args):
     return chosen
 
 
-def conversations(plain, chosen, rounds, quick):
+def answer_length(w, args):
+    """How many tokens a request of workload ``w`` may answer: ``--tokens``, else the
+    workload's length (its quick one with ``--quick``)."""
+    return args.tokens or (w.quick_tokens if args.quick else w.tokens)
+
+
+def conversations(plain, chosen, args):
     """Per (workload, round): the token ids of every turn's prompt, the earlier turns'
     answers being ours' plain answers (so every configuration gets the same prompts)."""
     out = {}
     for w in chosen:
-        n = w.quick_tokens if quick else w.tokens
-        for r in range(rounds):
+        n = answer_length(w, args)
+        for r in range(args.rounds):
             messages, prompts = [], []
             for i, turn in enumerate(w.instance(r).turns):
                 messages.append({"role": "user", "content": turn})
@@ -153,7 +162,7 @@ def main(argv=None):
             workers[c.name] = Worker(c, path, logdir)
             workers[c.name].wait_ready()
         plain = workers["ours plain"]
-        prompts = conversations(plain, chosen, args.rounds, args.quick)
+        prompts = conversations(plain, chosen, args)
         print(f"# geniex bench: {path.name}, {len(cfgs)} configurations, {len(chosen)} workloads, "
               f"{args.rounds} rounds; {cpus} CPUs, load average {load_before:.2f}; worker logs in {logdir}",
               flush=True)
@@ -162,7 +171,7 @@ def main(argv=None):
         for r in range(args.rounds):
             t_round = time.perf_counter()
             for wi, wl in enumerate(chosen):
-                n = wl.quick_tokens if args.quick else wl.tokens
+                n = answer_length(wl, args)
                 shift = (r * len(chosen) + wi) % len(cfgs)
                 order = cfgs[shift:] + cfgs[:shift]
                 for c in (order[::-1] if r % 2 else order):
@@ -200,7 +209,7 @@ def main(argv=None):
         },
         "configs": [c.to_json() for c in cfgs],
         "workloads": [{"name": w.name, "kind": w.kind, "describe": w.describe,
-                       "tokens": w.quick_tokens if args.quick else w.tokens} for w in chosen],
+                       "tokens": answer_length(w, args)} for w in chosen],
         "runs": runs,
     }
     out = PUBLISHED if args.publish else args.json or Path(logdir) / "speed.json"
