@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fakehub import make_gguf
 from geniex import config
 from geniex.errors import LibraryError
 from geniex.llama import api, devices, library
@@ -369,9 +370,9 @@ def test_global_flags_after_the_verb(cli, tmp_path):
 
 # -- pull: explicit precision vs. the file, and re-pulls -----------------------------------
 
-def test_pull_local_checks_the_precision_against_the_gguf(cli, demo_model, tmp_path):
+def test_pull_local_checks_the_precision_against_the_gguf(cli, tmp_path):
     src = tmp_path / "x-Q4_1.gguf"
-    os.link(demo_model, src) if os.stat(demo_model).st_dev == os.stat(tmp_path).st_dev else src.write_bytes(demo_model.read_bytes())
+    src.write_bytes(make_gguf("x", "Q4_1"))          # a small GGUF whose header says Q4_1
     bad = cli("pull", "org/x:Q8_0", "--local-path", src)
     assert bad.returncode == 1
     assert "is Q4_1 according to its GGUF header" in bad.stderr and "org/x:Q4_1" in bad.stderr
@@ -385,12 +386,13 @@ def test_pull_local_checks_the_precision_against_the_gguf(cli, demo_model, tmp_p
     assert by_name.returncode == 0 and by_name.stdout.startswith("org/x:Q4_1 is already present")
 
 
-def test_remove_says_why_when_a_file_cannot_be_deleted(cli, demo_model, tmp_path, data_dir):
+def test_remove_says_why_when_a_file_cannot_be_deleted(cli, tmp_path, data_dir):
     """Windows refuses to delete a file another process has open (a model being served).
     Here the same PermissionError comes from an immutable file (``chattr +i``), which
-    even root cannot delete; skipped where the filesystem or user cannot set it."""
+    even root cannot delete; skipped where the filesystem or user cannot set it. (A small
+    GGUF of its own: the stored file must not be a hard link to anything else.)"""
     src = tmp_path / "y-Q4_1.gguf"
-    src.write_bytes(demo_model.read_bytes())
+    src.write_bytes(make_gguf("y", "Q4_1"))
     assert cli("pull", "org/y:Q4_1", "--local-path", src).returncode == 0
     stored = next((data_dir / "models").rglob("y-Q4_1.gguf"))
     if subprocess.run(["chattr", "+i", str(stored)], capture_output=True).returncode != 0:
