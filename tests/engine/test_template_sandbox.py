@@ -8,8 +8,8 @@ import sys
 import jinja2
 import pytest
 
-from geniex.engine import template as template_module
 import geniex.api as gx
+from geniex.engine import template as template_module
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.template import MAX_TEXT, JinjaTemplate, TemplateLimit, environment
@@ -119,8 +119,9 @@ def hostile_model(tmp_path, source, base=None):
 def test_a_model_file_with_an_endless_template_is_stopped_by_the_bound(short_deadline, tmp_path):
     # What `geniex infer` does with a model (open_session, a Conversation, ask: here through
     # geniex.api, which opens it the same way), in process at the short bound: the template
-    # read from the file meets the deadline where infer meets it. How the CLI shows a TemplateLimit (its last
-    # line, exit 1) is the 300 MB test's; a SIGTERM during such a loop the last test's.
+    # read from the file meets the deadline where infer meets it. How the CLI shows a
+    # TemplateLimit (its last line, exit 1) is the 300 MB test's; a SIGTERM during such a
+    # loop the last test's.
     model = hostile_model(tmp_path, NESTED_LOOP)
     session = gx.load(str(model), nctx=256)
     try:
