@@ -157,13 +157,15 @@ def test_the_bench_never_imports_from_tests():
         assert not re.search(rf"^\s*(from|import) ({support})\b", text, re.M), path
 
 
-def test_a_quick_bench_run_measures_both_sides(tmp_path):
+def test_a_quick_bench_run_measures_both_sides(tmp_path, calibration_cache):
     """One round of one workload, 24-token answers: every configuration answers, ours'
     speculative answer drafted and equals plain decoding, and the report renders from the
-    JSON it wrote. (The code-edit answer copies its prompt: ours drafts from its 7th token.)"""
+    JSON it wrote. (The code-edit answer copies its prompt: ours drafts from its 7th token.
+    Ours' draft policy starts from the suite's calibration: the curves measured once per run.)"""
     out = tmp_path / "speed.json"
     proc = subprocess.run([sys.executable, str(BENCH / "bench.py"), "--quick", "--rounds", "1",
-                           "--workloads", "code-edit", "--tokens", "24", "--json", str(out)],
+                           "--workloads", "code-edit", "--tokens", "24", "--json", str(out),
+                           "--calibration", str(calibration_cache)],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(out.read_text())

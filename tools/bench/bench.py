@@ -28,6 +28,7 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +68,9 @@ def parse_args(argv):
     ap.add_argument("--load", type=int, default=0, metavar="N",
                     help="run N busy-looping processes during the rounds (a reproducible busy neighbour)")
     ap.add_argument("--json", type=Path, help="write the run's figures here (default: a temporary file)")
+    ap.add_argument("--calibration", type=Path, metavar="FILE",
+                    help="start ours' draft policy from this calibration cache (a data dir's calibration.json) "
+                         "instead of measuring the verify costs afresh (the suite's smoke run: measured once per run)")
     ap.add_argument("--report", type=Path, help="also render the report (markdown) to this file")
     ap.add_argument("--publish", action="store_true",
                     help=f"write the figures to {PUBLISHED.relative_to(ROOT)} and render the committed report, "
@@ -153,6 +157,10 @@ def main(argv=None):
     cpus = os.cpu_count() or 1
     load_before = os.getloadavg()[0]
     logdir = tempfile.mkdtemp(prefix="geniex-bench-")
+    if args.calibration:
+        # The workers' data dir (worker.py) starts with it; without it they measure afresh.
+        (Path(logdir) / "data").mkdir()
+        shutil.copyfile(args.calibration, Path(logdir) / "data" / "calibration.json")
     workers, burners, loads, costs = {}, [], [], []
     runs = []
     try:
