@@ -20,12 +20,9 @@ from geniex import files
 from geniex.errors import ModelNotFound, UsageError
 from geniex.store import classify, demo, resolved
 from geniex.store.errors import StoreError
-from geniex.store.hub import Hub
-from geniex.store.local import register_local
 from geniex.store.locking import Busy, discard, file_lock
 from geniex.store.manifest import LOCKS, MANIFEST, MANIFEST_LOCK, PULL_LOCK, Manifest, editing, inside
 from geniex.store.names import ModelName, parse_name
-from geniex.store.pulling import pull_from_hub
 from geniex.store.resolved import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -102,6 +99,11 @@ class Store:
         Without a precision, a terminal gets a menu and anything else the preferred
         one (Q4_0, Q4_K_M, Q8_0, then the rest). Returns the ResolvedModel.
         """
+        # Imported here: they bring requests and tqdm (0.13 s of CPU), which every other
+        # verb (list, infer, serve, ...) would pay at each start for nothing.
+        from geniex.store.hub import Hub
+        from geniex.store.local import register_local
+        from geniex.store.pulling import pull_from_hub
         parsed = _parse(name)
         if model_type is not None and model_type not in classify.MODEL_TYPES:
             raise UsageError(f"--model-type must be one of {', '.join(classify.MODEL_TYPES)}")

@@ -63,17 +63,20 @@ def test_token_file_errors(cli, tmp_path):
 def test_think_reaches_the_template(cli, tool_models):
     # The qwen3 variant writes an empty thinking block after the prompt when thinking is
     # off, so --no-think changes the prompt (and so the answer); --think leaves it as the
-    # template's default.
+    # template's default. Both answers are made in process first (the session infer opens,
+    # through geniex.api), then each flag's CLI answer must be its own one of them.
     model = tool_models["qwen3"]
-    default = answer_of(cli("infer", model, "-p", "Say hi.", "--max-tokens", "12"))
-    think = answer_of(cli("infer", model, "-p", "Say hi.", "--max-tokens", "12", "--think"))
-    assert think == default
     session = gx.load(str(model), nctx=512)
     try:
-        conv = gx.chat(session)
-        conv.template_kwargs = {"enable_thinking": False}
-        gen = conv.ask("Say hi.", GenOptions(max_tokens=12, sampling=SamplingParams()))
-        expected = "".join(step.text for step in gen)
+        expected = {}
+        for kwargs in ({}, {"enable_thinking": False}):
+            conv = gx.chat(session)
+            conv.template_kwargs = kwargs or None
+            gen = conv.ask("Say hi.", GenOptions(max_tokens=12, sampling=SamplingParams()))
+            expected[bool(kwargs)] = "".join(step.text for step in gen)
     finally:
         session.close()
-    assert answer_of(cli("infer", model, "-p", "Say hi.", "--max-tokens", "12", "--no-think")) == expected
+    default, no_think = expected[False], expected[True]
+    assert default != no_think                  # else the flags could not be told apart
+    assert answer_of(cli("infer", model, "-p", "Say hi.", "--max-tokens", "12", "--think")) == default
+    assert answer_of(cli("infer", model, "-p", "Say hi.", "--max-tokens", "12", "--no-think")) == no_think

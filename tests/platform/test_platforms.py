@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fakehub import make_gguf
 from geniex import config
 from geniex.errors import LibraryError
 from geniex.llama import api, devices, library
@@ -273,15 +274,17 @@ NO_FCNTL = textwrap.dedent('''
 ''')
 
 
-def test_store_cli_and_server_work_without_fcntl(tmp_path):
+def test_store_cli_and_server_work_without_fcntl(tmp_path, calibration_cache):
     """A subset of the store, CLI and server tests, run by pytest in a subprocess whose
     Python (and every geniex subprocess it starts: PYTHONPATH is inherited) cannot
     import ``fcntl`` - a ``sitecustomize`` shim raises ModuleNotFoundError for it, which
-    is what Windows does."""
+    is what Windows does. (The nested run starts from this run's calibration cache, as
+    its own tests' data dirs do: tests/support/shared_fixtures.py.)"""
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(NO_FCNTL, encoding="utf-8")
-    env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT)])}
+    env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT)]),
+           "GENIEX_TEST_CALIBRATION": str(calibration_cache)}
     probe = _run(["-c", "import geniex.store, geniex.cli, geniex.server.app\n"
                         "try:\n    import fcntl\nexcept ImportError:\n    print('no fcntl')"], env=env)
     assert probe.stdout.strip() == "no fcntl", probe.stderr
@@ -367,9 +370,9 @@ def test_global_flags_after_the_verb(cli, tmp_path):
 
 # -- pull: explicit precision vs. the file, and re-pulls -----------------------------------
 
-def test_pull_local_checks_the_precision_against_the_gguf(cli, demo_model, tmp_path):
+def test_pull_local_checks_the_precision_against_the_gguf(cli, tmp_path):
     src = tmp_path / "x-Q4_1.gguf"
-    os.link(demo_model, src) if os.stat(demo_model).st_dev == os.stat(tmp_path).st_dev else src.write_bytes(demo_model.read_bytes())
+    src.write_bytes(make_gguf("x", "Q4_1"))          # a small GGUF whose header says Q4_1
     bad = cli("pull", "org/x:Q8_0", "--local-path", src)
     assert bad.returncode == 1
     assert "is Q4_1 according to its GGUF header" in bad.stderr and "org/x:Q4_1" in bad.stderr
@@ -383,12 +386,13 @@ def test_pull_local_checks_the_precision_against_the_gguf(cli, demo_model, tmp_p
     assert by_name.returncode == 0 and by_name.stdout.startswith("org/x:Q4_1 is already present")
 
 
-def test_remove_says_why_when_a_file_cannot_be_deleted(cli, demo_model, tmp_path, data_dir):
+def test_remove_says_why_when_a_file_cannot_be_deleted(cli, tmp_path, data_dir):
     """Windows refuses to delete a file another process has open (a model being served).
     Here the same PermissionError comes from an immutable file (``chattr +i``), which
-    even root cannot delete; skipped where the filesystem or user cannot set it."""
+    even root cannot delete; skipped where the filesystem or user cannot set it. (A small
+    GGUF of its own: the stored file must not be a hard link to anything else.)"""
     src = tmp_path / "y-Q4_1.gguf"
-    src.write_bytes(demo_model.read_bytes())
+    src.write_bytes(make_gguf("y", "Q4_1"))
     assert cli("pull", "org/y:Q4_1", "--local-path", src).returncode == 0
     stored = next((data_dir / "models").rglob("y-Q4_1.gguf"))
     if subprocess.run(["chattr", "+i", str(stored)], capture_output=True).returncode != 0:

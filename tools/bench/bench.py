@@ -28,6 +28,7 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,9 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="2 rounds, shorter answers, each side at its defaults only (a few minutes)")
     ap.add_argument("--rounds", type=int, help="rounds (default 6; quick 2)")
+    ap.add_argument("--tokens", type=int, default=0, metavar="N",
+                    help="answer at most N tokens per request instead of each workload's length "
+                         "(a smoke run: the suite's check that the bench works end to end)")
     ap.add_argument("--workloads", type=_names, help="comma list (default: all): " +
                     ", ".join(w.name for w in workloads.load()))
     ap.add_argument("--methods", type=_names, default=["ngram-mod"],
@@ -64,6 +68,9 @@ def parse_args(argv):
     ap.add_argument("--load", type=int, default=0, metavar="N",
                     help="run N busy-looping processes during the rounds (a reproducible busy neighbour)")
     ap.add_argument("--json", type=Path, help="write the run's figures here (default: a temporary file)")
+    ap.add_argument("--calibration", type=Path, metavar="FILE",
+                    help="start ours' draft policy from this calibration cache (a data dir's calibration.json) "
+                         "instead of measuring the verify costs afresh (the suite's smoke run: measured once per run)")
     ap.add_argument("--report", type=Path, help="also render the report (markdown) to this file")
     ap.add_argument("--publish", action="store_true",
                     help=f"write the figures to {PUBLISHED.relative_to(ROOT)} and render the committed report, "
@@ -89,13 +96,19 @@ def choose_workloads(args):
     return chosen
 
 
-def conversations(plain, chosen, rounds, quick):
+def answer_length(w, args):
+    """How many tokens a request of workload ``w`` may answer: ``--tokens``, else the
+    workload's length (its quick one with ``--quick``)."""
+    return args.tokens or (w.quick_tokens if args.quick else w.tokens)
+
+
+def conversations(plain, chosen, args):
     """Per (workload, round): the token ids of every turn's prompt, the earlier turns'
     answers being ours' plain answers (so every configuration gets the same prompts)."""
     out = {}
     for w in chosen:
-        n = w.quick_tokens if quick else w.tokens
-        for r in range(rounds):
+        n = answer_length(w, args)
+        for r in range(args.rounds):
             messages, prompts = [], []
             for i, turn in enumerate(w.instance(r).turns):
                 messages.append({"role": "user", "content": turn})
@@ -144,6 +157,10 @@ def main(argv=None):
     cpus = os.cpu_count() or 1
     load_before = os.getloadavg()[0]
     logdir = tempfile.mkdtemp(prefix="geniex-bench-")
+    if args.calibration:
+        # The workers' data dir (worker.py) starts with it; without it they measure afresh.
+        (Path(logdir) / "data").mkdir()
+        shutil.copyfile(args.calibration, Path(logdir) / "data" / "calibration.json")
     workers, burners, loads, costs = {}, [], [], []
     runs = []
     try:
@@ -153,7 +170,7 @@ def main(argv=None):
             workers[c.name] = Worker(c, path, logdir)
             workers[c.name].wait_ready()
         plain = workers["ours plain"]
-        prompts = conversations(plain, chosen, args.rounds, args.quick)
+        prompts = conversations(plain, chosen, args)
         print(f"# geniex bench: {path.name}, {len(cfgs)} configurations, {len(chosen)} workloads, "
               f"{args.rounds} rounds; {cpus} CPUs, load average {load_before:.2f}; worker logs in {logdir}",
               flush=True)
@@ -162,7 +179,7 @@ def main(argv=None):
         for r in range(args.rounds):
             t_round = time.perf_counter()
             for wi, wl in enumerate(chosen):
-                n = wl.quick_tokens if args.quick else wl.tokens
+                n = answer_length(wl, args)
                 shift = (r * len(chosen) + wi) % len(cfgs)
                 order = cfgs[shift:] + cfgs[:shift]
                 for c in (order[::-1] if r % 2 else order):
@@ -200,7 +217,7 @@ def main(argv=None):
         },
         "configs": [c.to_json() for c in cfgs],
         "workloads": [{"name": w.name, "kind": w.kind, "describe": w.describe,
-                       "tokens": w.quick_tokens if args.quick else w.tokens} for w in chosen],
+                       "tokens": answer_length(w, args)} for w in chosen],
         "runs": runs,
     }
     out = PUBLISHED if args.publish else args.json or Path(logdir) / "speed.json"

@@ -40,7 +40,8 @@ class Worker:
         self.cfg = cfg
         self.log = open(Path(logdir) / (cfg.name.replace(" ", "_").replace("=", "eq") + ".log"), "a")
         # The run's own data dir: the draft policy's verify costs are measured afresh in
-        # this run's conditions, never read from (or left in) the user's calibration cache.
+        # this run's conditions, never read from (or left in) the user's calibration cache
+        # (bench.py --calibration starts it from a copy of a given one instead).
         env = dict(os.environ, GGML_NO_BACKTRACE="1", GENIEX_DATADIR=str(Path(logdir) / "data"))
         self.proc = subprocess.Popen([sys.executable, str(HERE / "worker.py"), json.dumps(cfg.to_json()),
                                       str(model_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
