@@ -154,11 +154,6 @@ def _running(pid):
     return True
 
 
-def test_keepalive_from_the_environment(tmp_path):
-    with Server(tmp_path, env={"GENIEX_KEEPALIVE": "42"}) as s:
-        assert s.health()["keepalive"] == 42
-
-
 def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
     s = Server(tmp_path)
     with requests.post(s.url + "/v1/chat/completions", json={**LONG, "stream": True}, stream=True, timeout=60) as r:
@@ -175,8 +170,13 @@ def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
     assert "Traceback" not in s.stderr, s.stderr[s.stderr.find("Traceback") - 300:][:4000]
 
 
-def test_ctrl_c_stops_an_idle_server(tmp_path):
-    s = Server(tmp_path)
-    assert s.chat(chat_body(max_tokens=1)).status_code == 200
-    assert s.stop(signal.SIGINT) == 0
+def test_keepalive_from_the_environment_and_ctrl_c_stops_an_idle_server(tmp_path):
+    # Two checks of `geniex serve` as a process, on one process start.
+    s = Server(tmp_path, env={"GENIEX_KEEPALIVE": "42"})
+    try:
+        assert s.health()["keepalive"] == 42
+        assert s.chat(chat_body(max_tokens=1)).status_code == 200
+    finally:
+        code = s.stop(signal.SIGINT)
+    assert code == 0
     assert "Traceback" not in s.stderr
