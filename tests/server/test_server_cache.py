@@ -72,6 +72,21 @@ def test_cache_key_is_model_load_and_spec_fields(server):
     assert server.health()["loads"] == loads + 1 and server.health()["worker_pid"] == pid
 
 
+def test_a_model_loaded_for_a_completion_serves_a_plain_chat(server):
+    # A completion (which accepts any drafter) loads the model without one: the plain
+    # setup, which a plain chat then reuses instead of loading the same model again.
+    server.chat({"model": DEMO, "messages": [], "nctx": 1280})          # another setting resident first
+    loads = server.health()["loads"]
+    assert server.post("/v1/completions", {"model": DEMO, "prompt": "Hi", "max_tokens": 1,
+                                           "nctx": 1536}).status_code == 200
+    assert server.health()["loads"] == loads + 1 and not server.health()["speculative"]
+    assert server.chat(chat_body(max_tokens=1, nctx=1536)).status_code == 200
+    assert server.health()["loads"] == loads + 1
+    # A speculative chat still needs its drafter: that one loads.
+    server.chat({"model": DEMO, "messages": [], "nctx": 1536, "spec_type": "ngram-mod"})
+    assert server.health()["loads"] == loads + 2
+
+
 def test_keep_cache_header_reuses_the_conversation(server):
     first = chat_body("My name is Ada.", max_tokens=6)
     reply = server.chat(first, headers={"GenieX-KeepCache": "true"}).json()
