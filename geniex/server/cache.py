@@ -10,7 +10,7 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from geniex.engine import tasks
 from geniex.server.validation import ApiError
@@ -96,6 +96,12 @@ class CacheKey:
         same = (self.model, self.nctx, self.ngl, self.compute, self.cache_types) == \
                (resident.model, resident.nctx, resident.ngl, resident.compute, resident.cache_types)
         return same and (self.spec is None or self.spec == resident.spec)
+
+    def as_loaded(self):
+        """The key of what a load for this key makes resident: a request that accepts any
+        speculative setup (``spec=None``) loads the model without a drafter, which is the
+        plain setup ``()``, so a plain chat after a completion or a /tokenize reuses it."""
+        return replace(self, spec=() if self.spec is None else self.spec, any_load=False)
 
 
 class Lease:
@@ -184,7 +190,7 @@ class ModelCache:
                 if self._reaper is None:
                     self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
                     self._reaper.start()
-                self._key = key
+                self._key = key.as_loaded()
                 self.loads += 1
             return Lease(self, self._session, waited)
         except BaseException:

@@ -130,23 +130,32 @@ def _decode(server, route, spec):
     return body["content"][0]["text"], body["timings"]
 
 
-# /infill last: it answers with the FIM variant, and every change of model or settings
-# reloads the model (in a new worker process).
+# /infill answers with the FIM variant; every change of model or settings reloads the
+# model (in place, in its worker process).
 ROUTES = ["/completion", "/v1/completions", "/chat/completions", "/v1/responses", "/v1/messages", "/infill"]
+SAMPLINGS = {"greedy": {}, "seeded": {"temperature": 0.5, "top_k": 5, "seed": 23}}
+# Tests that need a model or setting resident run grouped by it (tests/server/conftest.py):
+# this one ends with the demo model drafting by SPEC, where the next group starts.
+resident = pytest.mark.resident
 
 
-@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.5, "top_k": 5, "seed": 23}], ids=["greedy", "seeded"])
-def test_every_decoding_route_gives_the_same_tokens_with_speculation(server, sampling):
-    """Every plain answer first, then every speculative one: four model loads, not two
-    per route."""
-    plain = {route: _decode(server, route, sampling) for route in ROUTES}
-    for route in ROUTES:
-        spec, timings = _decode(server, route, {**SPEC, **sampling})
-        text, plain_timings = plain[route]
-        assert spec == text, route
-        assert plain_timings["draft_n"] == 0, route
-        assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0, route
-        assert timings["steps"] < plain_timings["steps"], route
+@resident("every route")
+def test_every_decoding_route_gives_the_same_tokens_with_speculation(server):
+    """Greedy and seeded, every route: the plain answers first, then the speculative ones,
+    in an order that loads each (model, setting) once: the demo model plain, the FIM
+    variant plain, then drafting, the variant and the demo model (three loads, not two
+    per route and sampling)."""
+    demo_routes = [route for route in ROUTES if route != "/infill"]
+    order = [(route, name) for route in demo_routes for name in SAMPLINGS] + \
+        [("/infill", name) for name in SAMPLINGS]
+    plain = {(route, name): _decode(server, route, SAMPLINGS[name]) for route, name in order}
+    for route, name in reversed(order):
+        spec, timings = _decode(server, route, {**SPEC, **SAMPLINGS[name]})
+        text, plain_timings = plain[route, name]
+        assert spec == text, (route, name)
+        assert plain_timings["draft_n"] == 0, (route, name)
+        assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0, (route, name)
+        assert timings["steps"] < plain_timings["steps"], (route, name)
 
 
 # -- tokenize, detokenize, apply-template, props, slots ----------------------------------------
@@ -190,6 +199,7 @@ def test_slots_and_metrics_can_be_off(tmp_path):
 
 
 # -- /metrics -----------------------------------------------------------------------------------
+@resident("demo ngram-mod")
 def test_metrics_parse_and_count_speculation_per_method(server):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -213,6 +223,7 @@ def test_metrics_parse_and_count_speculation_per_method(server):
     assert after["llamacpp:requests_processing"].value == 0
 
 
+@resident("demo ngram-mod,draft-simple")
 def test_metrics_histogram_per_method_with_two_drafters(server):
     """Two drafting methods in one request: a sample set per method, whose counters add up
     to the llama.cpp totals, and an accepted-length histogram whose buckets are cumulative
@@ -253,6 +264,7 @@ def test_metrics_histogram_per_method_with_two_drafters(server):
 
 
 # -- /infill --------------------------------------------------------------------------------------
+@resident("variant")
 def test_infill_lays_out_the_models_fim_tokens(server):
     body = ok(server.post("/infill", {"model": VARIANT, "input_prefix": "def add(a, b):\n    return ",
                                       "input_suffix": "\n", "n_predict": 4}))
@@ -264,12 +276,14 @@ def test_infill_lays_out_the_models_fim_tokens(server):
     assert body["tokens_predicted"] == 4
 
 
+@resident("variant")
 def test_infill_is_refused_for_a_model_without_fim_tokens(server):
     err = error_of(server.post("/infill", {"input_prefix": "def f(", "input_suffix": ")"}), 501)
     assert "fill-in-the-middle" in err["message"] and DEMO in err["message"]
 
 
 # -- embeddings, rerank -----------------------------------------------------------------------------
+@resident("variant")
 def test_embeddings_through_the_openai_client(server):
     import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
@@ -290,6 +304,7 @@ def test_embeddings_through_the_openai_client(server):
     assert e.value.status_code == 501 and "declares no pooling" in str(e.value)
 
 
+@resident("variant")
 def test_llama_embeddings_shape(server):
     rows = ok(server.post("/embeddings", {"model": VARIANT, "content": "hello world"}))
     assert rows[0]["index"] == 0 and len(rows[0]["embedding"]) == 1 and len(rows[0]["embedding"][0]) == 576
@@ -297,6 +312,7 @@ def test_llama_embeddings_shape(server):
     assert abs(sum(x * x for x in raw[0]["embedding"][0]) - 1) > 1e-3
 
 
+@resident("variant")
 def test_rerank_is_refused_without_a_reranking_model(server):
     for model in (DEMO, VARIANT):
         err = error_of(server.post("/rerank", {"model": model, "query": "a", "documents": ["b"]}), 501)
@@ -352,6 +368,7 @@ def test_messages_through_the_anthropic_client(server):
 
 
 # -- the default model ---------------------------------------------------------------------------------
+@resident("variant")
 def test_default_model_answers_without_a_name_or_with_a_hard_coded_one(server):
     none = ok(server.post("/v1/chat/completions", {"messages": CHAT_Q, "max_tokens": 3}))
     assert none["model"] == DEMO and "warnings" not in none
@@ -541,6 +558,7 @@ def test_typical_keeps_the_tokens_nearest_the_entropy():
     assert sorted(ids) == [0, 3] and len(kept) == 2
 
 
+@resident("demo ngram-mod")
 def test_typical_p_samples_the_same_with_speculation(server):
     base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
             "typical_p": 0.5, "return_tokens": True}
@@ -616,6 +634,7 @@ SAMPLERS = {
 }
 
 
+@resident("demo ngram-mod")
 def test_mirostat_xtc_and_dry_sample_the_same_with_speculation(server):
     """Every sampler's plain answer first, then every one with each drafting method: two
     model loads, not two per sampler (a plain /completion takes any resident setup)."""

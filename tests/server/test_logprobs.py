@@ -96,19 +96,26 @@ def test_openai_sdk_reads_logprobs(server):
     assert len(legacy.choices[0].logprobs.tokens) == 4
 
 
-@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.9, "seed": 11, "top_k": 40}], ids=["greedy", "seeded"])
-@pytest.mark.parametrize("spec", [
-    {"spec_type": "ngram-mod"},
-    {"spec_type": "draft-simple", "spec_draft_model": DEMO},
-], ids=["ngram-mod", "draft-simple"])
-def test_speculation_does_not_change_logprobs(server, spec, sampling):
-    body = chat_body(REPEAT, max_tokens=40, logprobs=True, top_logprobs=4, **sampling)
-    plain = ok(server.chat(body))
-    spec_body = ok(server.chat({**body, "spec_draft_policy": "fixed", **spec}))
-    assert spec_body["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 0
-    assert spec_body["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
-    same_values(content_of(spec_body), content_of(plain))
-    check_entries(content_of(plain), 4, greedy=not sampling)
+SAMPLINGS = {"greedy": {}, "seeded": {"temperature": 0.9, "seed": 11, "top_k": 40}}
+SPECS = {"ngram-mod": {"spec_type": "ngram-mod"},
+         "draft-simple": {"spec_type": "draft-simple", "spec_draft_model": DEMO}}
+
+
+def test_speculation_does_not_change_logprobs(server):
+    """Each drafting method, greedy and seeded: the plain answers first, then each
+    method's (three model loads, not two per method and sampling)."""
+    bodies = {name: chat_body(REPEAT, max_tokens=40, logprobs=True, top_logprobs=4, **sampling)
+              for name, sampling in SAMPLINGS.items()}
+    plain = {name: ok(server.chat(body)) for name, body in bodies.items()}
+    for method, spec in SPECS.items():
+        for name, body in bodies.items():
+            spec_body = ok(server.chat({**body, "spec_draft_policy": "fixed", **spec}))
+            assert spec_body["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 0, (method, name)
+            assert spec_body["choices"][0]["message"]["content"] == plain[name]["choices"][0]["message"]["content"], \
+                (method, name)
+            same_values(content_of(spec_body), content_of(plain[name]))
+    for name in SAMPLINGS:
+        check_entries(content_of(plain[name]), 4, greedy=name == "greedy")
 
 
 def test_speculation_does_not_change_logprobs_with_draft_mtp(server, tiny):

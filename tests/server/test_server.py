@@ -142,10 +142,12 @@ def test_developer_role_and_content_parts(server):
     assert "warnings" not in parts
 
 
+@pytest.mark.resident("vlm")
 def test_image_parts_are_dropped_with_a_warning(server):
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, image]}]
-    # The demo model first: the one the other tests leave loaded (a change reloads it).
+    # The demo model first: the one the unmarked tests leave loaded (a change reloads it;
+    # tests/server/conftest.py runs the tests that need another model or setting last).
     r = server.chat({"model": DEMO, "messages": messages, "max_tokens": 3}).json()
     assert "text-only model: dropped 1" in r["warnings"][0]
     r = server.chat({"model": VLM, "messages": messages, "max_tokens": 3, "spec_type": "ngram-mod"}).json()
@@ -154,6 +156,7 @@ def test_image_parts_are_dropped_with_a_warning(server):
     assert "no multimodal projector" in events[0]["warnings"][0]
 
 
+@pytest.mark.resident("nctx 512")
 def test_warm_up_loads_and_answers_null(server):
     r = server.chat({"model": DEMO, "messages": [], "nctx": 512})
     assert r.status_code == 200 and r.json() is None
@@ -185,6 +188,7 @@ def test_completions_streamed(server):
     assert events[-1]["usage"]["completion_tokens"] == 5
 
 
+@pytest.mark.resident("nctx 256")
 def test_running_out_of_context_mid_answer_is_length(server):
     prompt = ", ".join(str(i) for i in range(1, 60)) + ","      # 226 tokens
     r = server.post("/v1/completions", {"model": DEMO, "prompt": prompt, "max_tokens": 1000, "nctx": 256}).json()
@@ -225,6 +229,7 @@ def test_qairt_model_is_refused(server):
     assert err["code"] == "unsupported_model" and "qairt" in err["message"]
 
 
+@pytest.mark.resident("nctx 256")
 def test_prompt_longer_than_the_context(server):
     long = "word " * 600
     err = error_of(server.chat(chat_body(long, nctx=256)), 400)
@@ -302,6 +307,7 @@ def test_cors(server):
     assert server.get("/v1/models").headers["Access-Control-Allow-Origin"] == "*"
 
 
+@pytest.mark.resident("demo ngram-mod")
 def test_the_openai_python_client(server):
     import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")

@@ -72,6 +72,21 @@ def test_cache_key_is_model_load_and_spec_fields(server):
     assert server.health()["loads"] == loads + 1 and server.health()["worker_pid"] == pid
 
 
+def test_a_model_loaded_for_a_completion_serves_a_plain_chat(server):
+    # A completion (which accepts any drafter) loads the model without one: the plain
+    # setup, which a plain chat then reuses instead of loading the same model again.
+    server.chat({"model": DEMO, "messages": [], "nctx": 1280})          # another setting resident first
+    loads = server.health()["loads"]
+    assert server.post("/v1/completions", {"model": DEMO, "prompt": "Hi", "max_tokens": 1,
+                                           "nctx": 1536}).status_code == 200
+    assert server.health()["loads"] == loads + 1 and not server.health()["speculative"]
+    assert server.chat(chat_body(max_tokens=1, nctx=1536)).status_code == 200
+    assert server.health()["loads"] == loads + 1
+    # A speculative chat still needs its drafter: that one loads.
+    server.chat({"model": DEMO, "messages": [], "nctx": 1536, "spec_type": "ngram-mod"})
+    assert server.health()["loads"] == loads + 2
+
+
 def test_keep_cache_header_reuses_the_conversation(server):
     first = chat_body("My name is Ada.", max_tokens=6)
     reply = server.chat(first, headers={"GenieX-KeepCache": "true"}).json()
@@ -154,11 +169,6 @@ def _running(pid):
     return True
 
 
-def test_keepalive_from_the_environment(tmp_path):
-    with Server(tmp_path, env={"GENIEX_KEEPALIVE": "42"}) as s:
-        assert s.health()["keepalive"] == 42
-
-
 def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
     s = Server(tmp_path)
     with requests.post(s.url + "/v1/chat/completions", json={**LONG, "stream": True}, stream=True, timeout=60) as r:
@@ -175,8 +185,13 @@ def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
     assert "Traceback" not in s.stderr, s.stderr[s.stderr.find("Traceback") - 300:][:4000]
 
 
-def test_ctrl_c_stops_an_idle_server(tmp_path):
-    s = Server(tmp_path)
-    assert s.chat(chat_body(max_tokens=1)).status_code == 200
-    assert s.stop(signal.SIGINT) == 0
+def test_keepalive_from_the_environment_and_ctrl_c_stops_an_idle_server(tmp_path):
+    # Two checks of `geniex serve` as a process, on one process start.
+    s = Server(tmp_path, env={"GENIEX_KEEPALIVE": "42"})
+    try:
+        assert s.health()["keepalive"] == 42
+        assert s.chat(chat_body(max_tokens=1)).status_code == 200
+    finally:
+        code = s.stop(signal.SIGINT)
+    assert code == 0
     assert "Traceback" not in s.stderr

@@ -92,6 +92,9 @@ def test_cache_key():
     assert not key(nctx=1024).satisfied_by(key())
     assert not key(spec=(("ngram-mod",),)).satisfied_by(key())
     assert CacheKey("m", 4096, -1, ("CPU",), ("q8_0", "q8_0"), None).satisfied_by(key(spec=(("ngram-mod",),)))   # completions
+    # What a completion's load leaves resident is the plain setup: a plain chat reuses it.
+    loaded = CacheKey("m", 4096, -1, ("CPU",), ("q8_0", "q8_0"), None, any_load=True).as_loaded()
+    assert key(spec=()).satisfied_by(loaded) and not key(spec=(("ngram-mod",),)).satisfied_by(loaded)
 
 
 def test_cache_reloads_on_a_new_key_handing_the_old_model_to_the_load():

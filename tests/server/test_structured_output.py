@@ -75,7 +75,10 @@ def _answer(server, route, fields, max_tokens=60, ask=ASK, prompt=PROMPT):
     raise AssertionError(route)
 
 
-ROUTES = ["/v1/chat/completions", "/v1/completions", "/completion", "/infill"]
+ROUTES = ["/v1/chat/completions", "/v1/completions", "/completion",
+          # /infill answers with the FIM variant: its tests run together after the demo
+          # model's (tests/server/conftest.py), one load, not two per /infill test.
+          pytest.param("/infill", marks=pytest.mark.resident("variant"))]
 SCHEMA_FIELDS = {
     "response_format json_schema": {"response_format": {"type": "json_schema",
                                                         "json_schema": {"name": "person", "schema": PERSON,

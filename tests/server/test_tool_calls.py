@@ -39,6 +39,12 @@ CASES = {
 FAMILY_OF = {"qwen3": "hermes", "llama3": "llama3", "mistral": "mistral", "gemma4": "gemma4", "generic": "generic"}
 
 
+# Each family is a model of its own: the tests run grouped by the model they need loaded
+# (tests/server/conftest.py), one load per family instead of one per test.
+resident = pytest.mark.resident
+BY_FAMILY = [pytest.param(family, marks=resident(family)) for family in sorted(CASES)]
+
+
 def name(family):
     return f"test/demo-{family}:Q4_1"
 
@@ -101,7 +107,7 @@ def streamed(events):
     return content, reasoning, [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())], finish
 
 
-@pytest.mark.parametrize("family", sorted(CASES))
+@pytest.mark.parametrize("family", BY_FAMILY)
 def test_each_family_s_calls_are_parsed_from_the_answer(server, family):
     text, expected = CASES[family]
     request = body(family, text)
@@ -122,6 +128,7 @@ def test_each_family_s_calls_are_parsed_from_the_answer(server, family):
     assert (s_content, s_calls, s_finish) == (content, expected, "tool_calls")
 
 
+@resident("gemma4")
 def test_text_before_a_call_streams_before_the_call(server):
     request = body("gemma4", CASES["gemma4"][0])
     events = server.stream("/v1/chat/completions", request)
@@ -132,6 +139,7 @@ def test_text_before_a_call_streams_before_the_call(server):
     assert streamed(events)[0] == "OK "
 
 
+@resident("qwen3")
 def test_tool_choice_none_shows_no_tools_and_parses_nothing(server):
     request = body("qwen3", CASES["qwen3"][0])
     with_tools = ok(server.post("/apply-template", request))["prompt"]
@@ -141,11 +149,13 @@ def test_tool_choice_none_shows_no_tools_and_parses_nothing(server):
     assert "tool_calls" not in answer["message"] and answer["finish_reason"] != "tool_calls"
 
 
+@resident("mistral")
 def test_parallel_tool_calls_false_keeps_the_first_call(server):
     answer = ok(server.chat(body("mistral", CASES["mistral"][0], parallel_tool_calls=False)))["choices"][0]
     assert calls_of(answer["message"]) == CASES["mistral"][1][:1]
 
 
+@resident("generic")
 def test_text_that_is_not_a_call_is_content(server):
     # The generic family reads a JSON answer as a call only in its call shapes.
     request = body("generic", '{"weather": "sunny"}')
@@ -155,6 +165,7 @@ def test_text_that_is_not_a_call_is_content(server):
     assert answer["finish_reason"] == "stop"
 
 
+@resident("think")
 def test_a_template_without_tools_gets_them_described(server, demo_model):
     # The think template renders no tools: they reach the model in a system message,
     # in the generic format, as llama.cpp's server polyfills them.
@@ -163,6 +174,7 @@ def test_a_template_without_tools_gets_them_described(server, demo_model):
     assert "get_weather" in prompt and '"tool_call"' in prompt
 
 
+@resident("qwen3")
 def test_a_conversation_with_calls_and_results_renders(server):
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
     messages = [{"role": "user", "content": "Weather in Paris?"},
@@ -179,6 +191,7 @@ def test_a_conversation_with_calls_and_results_renders(server):
 THINK = "<think>weather</think>sunny"
 
 
+@resident("qwen3")
 def test_reasoning_formats(server):
     request = body("qwen3", THINK)
     del request["tools"]
@@ -198,6 +211,7 @@ def test_reasoning_formats(server):
             assert (s_content, s_reasoning or None) == (content, reasoning), fmt
 
 
+@resident("think")
 def test_a_block_the_prompt_opened_is_reasoning(server):
     request = {"model": name("think"), "max_tokens": 12, "messages": [{"role": "user", "content": "Hi"}]}
     prompt = ok(server.post("/apply-template", request))["prompt"]
@@ -212,6 +226,7 @@ def test_a_block_the_prompt_opened_is_reasoning(server):
     assert ok(server.chat({**request, "reasoning_format": "none"}))["choices"][0]["message"]["content"] == raw
 
 
+@resident("qwen3")
 def test_enable_think_reaches_the_template(server):
     request = {"model": name("qwen3"), "messages": [{"role": "user", "content": "Hi"}]}
     off = ok(server.post("/apply-template", {**request, "enable_think": False}))["prompt"]
@@ -250,7 +265,7 @@ TWO_TOOLS = TOOLS + [{"type": "function", "function": {
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-@pytest.mark.parametrize("family", sorted(CASES))
+@pytest.mark.parametrize("family", BY_FAMILY)
 def test_required_and_named_choices_are_enforced(server, family):
     base = {"model": name(family), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
             "parallel_tool_calls": False}
@@ -267,6 +282,7 @@ def test_required_and_named_choices_are_enforced(server, family):
         assert s_calls == calls_of(answer["message"]) and s_finish == "tool_calls"
 
 
+@resident("qwen3 ngram-mod")
 def test_enforced_calls_are_the_same_with_speculation(server):
     # The grammar constrains every verify row: drafting changes nothing in the answer.
     base = {"model": name("qwen3"), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
@@ -282,6 +298,7 @@ def test_enable_think_and_kwargs_that_disagree_are_a_400(server):
 
 
 # -- the official OpenAI SDK ----------------------------------------------------------------
+@resident("qwen3")
 def test_openai_sdk_gets_tool_calls(server):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
     text, expected = CASES["qwen3"]
