@@ -88,6 +88,10 @@ def test_a_complete_grammar_ends_the_answer_the_same_way(demo_model):
     """An answer that completes its grammar before the length limit (EOS forced), plain
     and with forced drafts: one answer. (A session of its own: another prompt on the
     bench's would make it prefill the inventory again.)"""
+    shelf = {"type": "object", "additionalProperties": False, "required": ["color", "shelf"],
+             "properties": {"color": {"enum": ["red", "blue", "green"]},
+                            "shelf": {"type": "integer", "minimum": 0, "maximum": 9}}}
+    three = Grammar.parse("json_schema", {"type": "array", "minItems": 2, "maxItems": 2, "items": shelf})
     plain = Session(demo_model, LoadOptions(nctx=256))
     try:
         tokens = plain.tokenize_prompt("Two boxes and their shelves as JSON:")
