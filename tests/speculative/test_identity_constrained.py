@@ -2,10 +2,11 @@
 method, with and without forced-token drafts, greedy and seeded, a constrained answer is
 plain constrained decoding (no drafts at all) token for token, past position 1,024.
 
-The demo model continues a JSON inventory under a JSON schema (keys, punctuation and
-enums the grammar forces; numbers and names it leaves to the model), as the identity
-tests of tests/speculative/test_identity_long.py do for free text; draft-mtp runs on the
-tiny Gemma-4 pairs with a Q8_0 target (exact for seeded sampling, see test_mtp.py).
+The demo model continues the JSON inventory of tests/speculative/test_identity_long.py
+under a JSON schema (keys, punctuation and enums the grammar forces; numbers and names it
+leaves to the model), on the same identity bench (tests/support/identity.py): the prompt
+is prefilled once for every method and both modules. draft-mtp runs on the tiny Gemma-4
+pairs with a Q8_0 target (exact for seeded sampling, see test_mtp.py).
 """
 import json
 
@@ -16,32 +17,19 @@ from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, Session
 from geniex.speculative.options import SpecOptions
+from identity import MARGIN, METHODS, SAMPLINGS, first_difference, gen_options
 from test_mtp import q8_copy
 
-METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "draft-simple"]
-SAMPLINGS = {"greedy": SamplingParams(), "seeded": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=77)}
-ANSWER = 64
+# Starts 16 tokens before position 1,024: 16 tokens past it.
+ANSWER = 2 * MARGIN
 ITEM = {"type": "object", "additionalProperties": False,
         "required": ["item", "color", "weight", "shelf", "checked_by"],
         "properties": {"item": {"type": "integer"}, "color": {"enum": ["red", "blue", "green"]},
                        "weight": {"type": "integer"}, "shelf": {"type": "integer"},
                        "checked_by": {"type": "string", "maxLength": 8}}}
-SCHEMA = {"type": "array", "items": ITEM}
+# At least two items: the answer runs its full length (an empty array is two tokens).
+SCHEMA = {"type": "array", "items": ITEM, "minItems": 2}
 GRAMMAR = Grammar.parse("json_schema", SCHEMA)
-
-
-def inventory_prompt(session, n_tokens):
-    """About ``n_tokens`` of a JSON inventory to continue (the n-gram methods find drafts
-    in it, and the grammar forces its keys)."""
-    items, i = [], 0
-    while True:
-        items.append({"item": i, "color": ["red", "blue", "green"][i % 3], "weight": i * 7 % 23,
-                      "shelf": i % 5, "checked_by": ["Ann", "Bob", "Eve", "Tom"][i % 4]})
-        i += 1
-        text = "Continue this inventory, as a JSON array of the same objects:\n" + json.dumps(items)
-        tokens = session.tokenize_prompt(text + "\n")
-        if len(tokens) >= n_tokens:
-            return tokens
 
 
 def answer(session, tokens, sampling, speculative=True, forced=True, grammar=GRAMMAR, max_tokens=ANSWER):
@@ -54,52 +42,31 @@ def answer(session, tokens, sampling, speculative=True, forced=True, grammar=GRA
 
 
 @pytest.fixture(scope="module")
-def plain(demo_model):
-    s = Session(demo_model, LoadOptions(nctx=2048))
-    yield s
-    s.close()
+def prompt(long_prompts):
+    return long_prompts["past-1024"]
 
 
-@pytest.fixture(scope="module")
-def prompt(plain):
-    return inventory_prompt(plain, 1000)
-
-
-@pytest.fixture(scope="module")
-def reference(plain, prompt):
+def reference(bench, prompt, sname):
     """Plain constrained decoding: no drafter, no forced drafts."""
-    out = {}
-    for sname, sampling in SAMPLINGS.items():
-        tokens, stats, _ = answer(plain, prompt, sampling, speculative=False)
-        assert stats.drafted == 0 and len(prompt) + len(tokens) > 1024
-        out[sname] = tokens
-    return out
+    gen = bench.reference(("constrained", sname), prompt, gen_options(ANSWER, sname, grammar=GRAMMAR))
+    assert gen.stats.drafted == 0 and len(prompt) < 1024 < len(prompt) + len(gen.tokens)
+    return gen.tokens
 
 
 def check(tokens, want, where):
-    first = next((i for i, (a, b) in enumerate(zip(tokens, want)) if a != b), None)
+    first = first_difference(tokens, want)
     assert tokens == want, f"{where}: differs from plain constrained decoding at answer token {first}"
-
-
-@pytest.fixture(scope="module", params=METHODS)
-def spec_session(request, demo_model):
-    method = request.param
-    so = SpecOptions(types=(method,), draft_model="demo", draft_path=demo_model if method == "draft-simple" else None,
-                     n_max=6, policy="fixed")
-    s = Session(demo_model, LoadOptions(nctx=2048, spec=so))
-    assert s.speculative, s.spec_notes
-    yield method, s
-    s.close()
 
 
 @pytest.mark.parametrize("forced", [True, False], ids=["forced", "no-forced"])
 @pytest.mark.parametrize("sname", SAMPLINGS)
-def test_every_method_is_plain_constrained_decoding(spec_session, prompt, reference, sname, forced):
-    method, session = spec_session
-    tokens, stats, steps = answer(session, prompt, SAMPLINGS[sname], forced=forced)
-    check(tokens, reference[sname], f"{method}, {sname}, forced drafts {forced}")
-    methods = {s.method for s in steps if s.drafted}
-    assert stats.drafted > 0, "nothing was drafted: the test would prove nothing"
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_is_plain_constrained_decoding(long_bench, prompt, method, sname, forced):
+    want = reference(long_bench, prompt, sname)
+    gen = long_bench.answer(method, prompt, gen_options(ANSWER, sname, grammar=GRAMMAR, forced_drafts=forced))
+    check(gen.tokens, want, f"{method}, {sname}, forced drafts {forced}")
+    methods = {s.method for s in gen.steps if s.drafted}
+    assert gen.stats.drafted > 0, "nothing was drafted: the test would prove nothing"
     if forced:
         assert any(m.startswith("forced") for m in methods), methods
     else:
@@ -107,26 +74,33 @@ def test_every_method_is_plain_constrained_decoding(spec_session, prompt, refere
 
 
 @pytest.mark.parametrize("sname", SAMPLINGS)
-def test_forced_drafts_alone_are_plain_constrained_decoding(plain, prompt, reference, sname):
+def test_forced_drafts_alone_are_plain_constrained_decoding(long_bench, prompt, sname):
     """A session with no drafter: the forced runs are the only drafts."""
-    tokens, stats, steps = answer(plain, prompt, SAMPLINGS[sname])
-    check(tokens, reference[sname], f"forced drafts alone, {sname}")
+    want = reference(long_bench, prompt, sname)
+    tokens, stats, steps = answer(long_bench.plain, prompt, SAMPLINGS[sname])
+    check(tokens, want, f"forced drafts alone, {sname}")
     assert {s.method for s in steps if s.drafted} == {"forced"}
     # The schema forces most of an inventory's bytes: most steps commit several tokens.
     assert stats.accepted > 0.3 * len(tokens) and stats.steps < len(tokens)
 
 
-def test_a_complete_grammar_ends_the_answer_the_same_way(plain, demo_model):
+def test_a_complete_grammar_ends_the_answer_the_same_way(demo_model):
     """An answer that completes its grammar before the length limit (EOS forced), plain
-    and with forced drafts: one answer."""
+    and with forced drafts: one answer. (A session of its own: another prompt on the
+    bench's would make it prefill the inventory again.)"""
     shelf = {"type": "object", "additionalProperties": False, "required": ["color", "shelf"],
              "properties": {"color": {"enum": ["red", "blue", "green"]},
                             "shelf": {"type": "integer", "minimum": 0, "maximum": 9}}}
     three = Grammar.parse("json_schema", {"type": "array", "minItems": 2, "maxItems": 2, "items": shelf})
-    tokens = plain.tokenize_prompt("Two boxes and their shelves as JSON:")
-    want, stats, _ = answer(plain, tokens, SAMPLINGS["greedy"], speculative=False, grammar=three, max_tokens=200)
-    assert stats.stop_reason == "eos" and len(json.loads(plain.vocab.detokenize(want))) == 2
-    got, stats, _ = answer(plain, tokens, SAMPLINGS["greedy"], grammar=three, max_tokens=200)
+    plain = Session(demo_model, LoadOptions(nctx=256))
+    try:
+        tokens = plain.tokenize_prompt("Two boxes and their shelves as JSON:")
+        want, stats, _ = answer(plain, tokens, SAMPLINGS["greedy"], speculative=False, grammar=three,
+                                max_tokens=200)
+        assert stats.stop_reason == "eos" and len(json.loads(plain.vocab.detokenize(want))) == 2
+        got, stats, _ = answer(plain, tokens, SAMPLINGS["greedy"], grammar=three, max_tokens=200)
+    finally:
+        plain.close()
     check(got, want, "forced drafts")
     assert stats.stop_reason == "eos"
 

@@ -18,12 +18,22 @@ from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.drafters.base import Draft, Drafter
 from geniex.speculative.options import FALLBACK
+from geniex.speculative import policy
+from identity import QUIET_CURVE
 
 REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over the lazy dog. "
           "The quick brown fox jumps over the lazy dog again.")
 CODE = ("Rewrite this function with the variable renamed from total to result:\n\n"
         "def add(a, b):\n    total = a + b\n    print('sum', a, b, total)\n    return total\n")
-ESSAY = "Write a long essay about the history of the Roman Empire, with many details."
+# Notes before the request: the essay fills the 256-token context after ~60 tokens of
+# answer (a prompt prefills in batches, far cheaper than decoding the same length).
+ESSAY = ("My notes: Rome was founded, by legend, in 753 BC. It was a kingdom, then a republic "
+         "led by consuls and the senate. It fought Carthage in three Punic Wars and won them. "
+         "Julius Caesar crossed the Rubicon in 49 BC; Augustus became the first emperor in "
+         "27 BC. The empire reached its largest extent under Trajan. Diocletian split its rule; "
+         "Constantine founded Constantinople. The western empire fell in 476 AD; the eastern "
+         "empire lasted until 1453. Latin, roads, aqueducts and law are among its legacies. "
+         "Using these notes, write a long essay about the history of the Roman Empire, with many details.")
 GREEDY = SamplingParams()
 SEEDED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
 METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache",
@@ -31,8 +41,9 @@ METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-c
 
 
 def answer(session, prompt, sampling, max_tokens=120, stop=(), drafter=None, steps=None):
-    """Tokens and stop reason of one fresh answer (optionally with a given drafter)."""
-    session.reset()
+    """Tokens and stats of one answer (optionally with a given drafter). The prompt is
+    reused from the KV cache where the session's last answer had the same one (the same
+    bits a new prefill would write): only the answer is decoded."""
     if drafter is not None:
         session.drafter = drafter
     try:
@@ -48,10 +59,26 @@ def answer(session, prompt, sampling, max_tokens=120, stop=(), drafter=None, ste
 
 
 @pytest.fixture(scope="module")
-def plain(demo_model):
-    s = Session(demo_model, LoadOptions(nctx=256))
-    yield s
-    s.close()
+def short_bench(demo_model):
+    """A speculative session (nctx 256) loaded with both drafter families at their
+    defaults, the auto draft policy; each other method's drafter is built on it at its
+    defaults and swapped in (tests/support/identity.py, Bench)."""
+    from identity import Bench
+    both = "ngram-mod,draft-simple"
+    bench = Bench(demo_model, 256, both, SpecOptions(types=tuple(both.split(",")), draft_path=demo_model),
+                  lambda m: SpecOptions(types=tuple(m.split(",")), draft_path=demo_model if "draft" in m else None))
+    # Sized by a quiet machine's verify cost curve (a busy neighbour can make batches
+    # look too dear to draft at all, and these tests need drafts); lengths never change tokens.
+    drafter, auto = bench.own
+    bench.own = (drafter, policy.GainPolicy(QUIET_CURVE, auto.one_row))
+    yield bench
+    bench.close()
+
+
+@pytest.fixture(scope="module")
+def plain(short_bench):
+    """The plain session (nctx 256) of the short bench."""
+    return short_bench.plain
 
 
 @pytest.fixture(scope="module")
@@ -68,20 +95,18 @@ def reference(plain):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_is_identical_to_plain(method, demo_model, reference):
-    spec = SpecOptions(types=tuple(method.split(",")), draft_path=demo_model if "draft" in method else None)
-    s = Session(demo_model, LoadOptions(nctx=256, spec=spec))
-    try:
-        assert s.drafter is not None, s.spec_notes
+def test_every_method_is_identical_to_plain(method, short_bench, reference):
+    with short_bench.drafting(method) as s:
+        drafted = 0
         for prompt, sampling, max_tokens in ((REPEAT, GREEDY, 120), (CODE, SEEDED, 60), (ESSAY, GREEDY, 400)):
             want_tokens, want_stats = reference(prompt, sampling, max_tokens)
             got_tokens, got_stats = answer(s, prompt, sampling, max_tokens)
             assert got_tokens == want_tokens, (method, prompt[:20])
             assert got_stats.stop_reason == want_stats.stop_reason
+            drafted += got_stats.drafted
+        assert drafted > 0, "the method never drafted: the test would prove nothing"
         # The essay fills the 256-token context: the end is the same too.
         assert want_stats.stop_reason == "context_length"
-    finally:
-        s.close()
 
 
 class Oracle(Drafter):

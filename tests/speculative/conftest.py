@@ -1,0 +1,31 @@
+"""The identity bench shared by test_identity_constrained and test_identity_long (see
+tests/support/identity.py): loaded once per run, so that its prompt is prefilled once
+for every method, free text and constrained."""
+import pytest
+
+from geniex.speculative import policy
+from geniex.speculative.options import SpecOptions
+from identity import AT_DEFAULTS, MARGIN, QUIET_CURVE, Bench, fixed, inventory_line, inventory_tokens
+
+
+@pytest.fixture(scope="session")
+def long_bench(demo_model):
+    """Plain and speculative sessions at the shipped defaults (every core, q8_0 KV cache),
+    nctx 2048; the speculative one loaded as ngram-mod at its defaults, the other methods
+    drafting fixed lengths."""
+    bench = Bench(demo_model, 2048, AT_DEFAULTS, SpecOptions(types=("ngram-mod",)),
+                  lambda method: fixed(method, demo_model))
+    bench.check_defaults()
+    # ngram-mod at its defaults sizes its drafts by a quiet machine's curve (QUIET_CURVE).
+    drafter, auto = bench.own
+    bench.own = (drafter, policy.GainPolicy(QUIET_CURVE, auto.one_row))
+    yield bench
+    bench.close()
+
+
+@pytest.fixture(scope="session")
+def long_prompts(long_bench):
+    """The inventory ending :data:`MARGIN` tokens before 512 and before 1,024: the
+    shorter is the start of the longer."""
+    tokens = inventory_tokens(long_bench.plain, 1024 - MARGIN, inventory_line)
+    return {"past-512": tokens[:512 - MARGIN], "past-1024": tokens}

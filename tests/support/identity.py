@@ -1,0 +1,144 @@
+"""The identity bench of tests/speculative: a plain session and a speculative one on the
+same model and load options, and every drafting method's drafter on the speculative one.
+
+Why one speculative session for every method: a session prefills its prompt before it
+answers, and the identity tests' prompts (past 512 and past 1,024 positions) cost more
+to prefill than their answers cost to decode. The speculative session is loaded as a
+user loads it (``--spec-type`` of the bench's own method at its defaults); each other
+method's drafter is built by the engine's own builder (geniex.speculative.build, what
+``Session`` calls at load) on that target and swapped in for its answers, so the prompt
+is prefilled once for all methods and then reused from the KV cache. The plain reference
+is a separate session that prefills the same prompt itself: the comparison still spans
+two contexts, as "the target alone" does for a user.
+"""
+import contextlib
+import json
+
+from geniex.config import physical_cores
+from geniex.engine.loop import GenOptions
+from geniex.engine.sampling import SamplingParams
+from geniex.engine.session import LoadOptions, Session
+from geniex.speculative import build
+from geniex.speculative.policy import FixedPolicy
+
+# Every drafting method of geniex.speculative.options.METHODS (draft-mtp: test_mtp.py).
+METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache", "draft-simple"]
+SAMPLINGS = {"greedy": SamplingParams(), "seeded": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=77)}
+# The default (every physical core), and at least two threads where the machine has one
+# core: the multi-thread decode paths are what the long-position tests are about.
+THREADS = max(2, physical_cores())
+# A quiet machine's verify cost curve (cost of a batch of n rows / one row): the auto
+# policy sized by it drafts where a drafter's tokens are likely; the curve a load measures
+# follows the machine's load (a busy neighbour can make batches look too dear to draft at
+# all, and an identity test that never drafts proves nothing). Lengths never change tokens.
+QUIET_CURVE = {1: 1.0, 2: 2.0, 4: 2.8, 8: 4.1, 16: 7.2}
+# ngram-mod as `geniex infer --spec-type ngram-mod` builds it: the auto draft policy sizing
+# drafts by each token's probability, memory kept across answers.
+AT_DEFAULTS = "ngram-mod at its defaults"
+# Answers start this many tokens before position 512 and 1,024, and free-text answers
+# are twice as long: they cross it inside their verify batches.
+MARGIN = 16
+
+
+def inventory_line(i):
+    """Line ``i`` of the inventory the long prompts list: an n-gram method finds drafts
+    in it (and some are rejected where the items vary); a JSON schema forces its keys."""
+    return json.dumps({"item": i, "color": ["red", "blue", "green"][i % 3], "weight": i * 7 % 23,
+                       "shelf": i % 5, "checked_by": ["Ann", "Bob", "Eve", "Tom"][i % 4]}) + "\n"
+
+
+def fixed(method, model):
+    """SpecOptions for ``method`` with fixed draft lengths, so that every method drafts
+    (and the identity is tested) whatever the auto policy would choose; the policy changes
+    lengths, never tokens."""
+    from geniex.speculative.options import SpecOptions
+    return SpecOptions(types=tuple(method.split(",")), draft_model="demo",
+                       draft_path=model if "draft-simple" in method else None, n_max=6, policy="fixed")
+
+
+class Bench:
+    """``plain`` and ``spec`` sessions of ``model`` (``nctx``, :data:`THREADS` for decodes
+    and batches, the default q8_0 KV cache); ``spec`` loaded with ``own`` (SpecOptions) as
+    the method named ``own_name``. :meth:`answer` runs any method on ``spec``: its own
+    drafter and policy for ``own_name``, otherwise a drafter built from ``options(method)``
+    (:meth:`drafting`)."""
+
+    def __init__(self, model, nctx, own_name, own, options):
+        load = dict(nctx=nctx, threads=THREADS, threads_batch=THREADS)
+        self.model, self.own_name, self.options = model, own_name, options
+        self.plain = Session(model, LoadOptions(**load))
+        self.spec = Session(model, LoadOptions(**load, spec=own))
+        assert self.spec.speculative, self.spec.spec_notes
+        self.own = (self.spec.drafter, self.spec.policy)
+        self.drafters = {}
+        self.references = {}
+
+    def check_defaults(self):
+        """The sessions run the shipped numerics: several threads, q8_0 K and V."""
+        for s in (self.plain, self.spec):
+            assert s.threads >= 2 and s.threads_batch >= 2
+            assert s.options.cache_type_k == s.options.cache_type_v == "q8_0"
+
+    def reference(self, key, tokens, opts):
+        """The plain answer (a :class:`~geniex.engine.session.Generation`, run) to
+        ``tokens`` with ``opts``, computed once per ``key``."""
+        if key not in self.references:
+            gen = self.plain.generate(tokens, opts, speculative=False)
+            gen.steps = list(gen)
+            self.references[key] = gen
+        return self.references[key]
+
+    @contextlib.contextmanager
+    def drafting(self, method):
+        """Within the block, ``spec`` drafts with ``method``: its own drafter and policy
+        for ``own_name``, otherwise a drafter built from ``options(method)`` (once, kept
+        for the bench's life: its memory lasts across answers, as in a session)."""
+        if method != self.own_name and method not in self.drafters:
+            spec = self.options(method)
+            drafter, notes = build.build(self.spec.target, spec, self.spec.n_rs_seq, self.spec.bundled_nextn)
+            assert drafter is not None, notes
+            self.drafters[method] = (drafter, FixedPolicy() if spec.policy == "fixed" else self.own[1])
+        self.spec.drafter, self.spec.policy = self.own if method == self.own_name else self.drafters[method]
+        try:
+            yield self.spec
+        finally:
+            self.spec.drafter, self.spec.policy = self.own
+
+    def answer(self, method, tokens, opts):
+        """``method``'s answer to ``tokens`` on the speculative session (a run Generation
+        with its steps in ``.steps``)."""
+        with self.drafting(method) as session:
+            gen = session.generate(tokens, opts)
+            gen.steps = list(gen)
+        return gen
+
+    def close(self):
+        for drafter, _ in self.drafters.values():
+            drafter.close()
+        self.spec.close()
+        self.plain.close()
+
+
+def first_difference(got, want):
+    """Index of the first token where two answers differ (None if one is a prefix)."""
+    return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+
+
+def inventory_tokens(session, n_tokens, line):
+    """The first ``n_tokens`` tokens of a header and ``line(0)``, ``line(1)``, ...: a
+    prompt that ends exactly where a test wants its answer to start (mid-line; both sides
+    of a comparison get the same tokens). Prompts cut from the same text are token
+    prefixes of each other, so a session that answered a longer one reuses a shorter one
+    from its KV cache."""
+    text = "Continue this inventory, one JSON object per line:\n"
+    i = 0
+    while True:
+        text += line(i)
+        i += 1
+        tokens = session.tokenize_prompt(text)
+        if len(tokens) >= n_tokens:
+            return tokens[:n_tokens]
+
+
+def gen_options(max_tokens, sname, **kw):
+    return GenOptions(max_tokens=max_tokens, sampling=SAMPLINGS[sname], **kw)
