@@ -85,7 +85,8 @@ BAND = 256            # KV positions per band
 BANDS = 16            # bands kept; positions past the last share it
 ROW_BINS = (2, 3, 5, 9, 17)   # batch sizes sharing a correction: 2, 3-4, 5-8, 9-16, 17+ rows
 ONLINE_RATE = 0.25    # weight of the newest step in the running estimates (log domain)
-RELAX = 0.02          # per step, a band's corrections move this far back towards the curve
+RELAX = 0.02          # per step, a band's corrections move this far back towards the curve (log)...
+STALE = 16            # ...once no batch of their size was verified there for this many steps
 # One step's evidence is clamped: a stall of a busy machine (a batch at 20 one-row
 # decodes) moves a correction by at most SAMPLE_LIMITS ** ONLINE_RATE, and a correction
 # stays within CORRECTION_LIMITS.
@@ -147,7 +148,10 @@ class GainPolicy:
         self.one_thread = frozenset(one_thread)
         self.band = 0                             # the band of the step being priced (set by at)
         self._learnt = {}                         # thread setting -> (one_rows, corrections), see _online
-        self._after_batch = False                 # the last step verified a draft
+        self._tick = 0                            # steps timed
+        self._seen = [[0] * len(ROW_BINS) for _ in range(BANDS)]   # per band and size: the tick of its last batch
+        self._batch = None                        # the last step's batch (rows, seconds, band), priced
+                                                  # with the step after it (see timed)
 
     def verify_cost(self, k, setting="all"):
         """Time of a (k+1)-row verify in one-row decodes on ``setting`` (a name from
@@ -188,7 +192,7 @@ class GainPolicy:
         cal = self._calibration(method) if probs is not None else None
         setting = self.setting()
         corr = self._corrections(self.band) if self.online else None
-        best_k, best_rate, gain, term = 0, 1.0, 1.0, 1.0
+        best_k, best_rate, gain, term, floor = 0, 1.0, 1.0, 1.0, 1.0
         for k in range(1, limit + 1):
             if cal is None:
                 term *= a
@@ -198,7 +202,8 @@ class GainPolicy:
             gain += term
             cost = self.verify_cost(k, setting)
             if corr is not None:
-                cost *= corr[bisect_right(ROW_BINS, k + 1) - 1]
+                # never below a shorter batch's corrected price (bins are corrected apart)
+                floor = cost = max(cost * corr[bisect_right(ROW_BINS, k + 1) - 1], floor)
             rate = gain / (cost + d * k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
@@ -218,7 +223,17 @@ class GainPolicy:
 
     def _corrections(self, band):
         learnt = self._online()[1][:band + 1]
-        return [next((c[i] for c in reversed(learnt) if c[i]), 1.0) for i in range(len(ROW_BINS))]
+        out = [next((c[i] for c in reversed(learnt) if c[i]), 0.0) for i in range(len(ROW_BINS))]
+        # A size without evidence takes the nearest smaller size's correction (else the
+        # nearest larger's): priced by the bare curve next to a corrected smaller size,
+        # a longer batch would look cheaper than a shorter one and be verified instead.
+        known = 0.0
+        for i, c in enumerate(out):
+            known = out[i] = c or known
+        known = 1.0
+        for i in range(len(out) - 1, -1, -1):
+            known = out[i] = out[i] or next((c for c in out[i:] if c), known)
+        return out
 
     def _online(self):
         """What was learnt on the current thread setting (a one-row step and a batch's
@@ -247,7 +262,7 @@ class GainPolicy:
             seconds = cpu_seconds
         if seconds <= 0.0:
             return
-        after_batch, self._after_batch = self._after_batch, rows > 1
+        batch, self._batch = self._batch, None
         band = min(n_past // BAND, BANDS - 1)
         one_rows, corrections = self._online()
         one = one_rows[band]
@@ -257,23 +272,38 @@ class GainPolicy:
                 # The setting's first step: the load-time one-row decode was measured on
                 # every core and on an empty cache; a plain step now says more.
                 one = self.one_row
-                if rows == 1 and not after_batch:
+                if rows == 1 and batch is None:
                     one_rows[band] = min(max(seconds, one / 2), one * 4)
                     return
-        own = corrections[band]
+        self._tick += 1
+        own, seen = corrections[band], self._seen[band]
         for i, c in enumerate(own):
-            if c:
+            if c and self._tick - seen[i] > STALE:
                 own[i] = c ** (1.0 - RELAX)     # back towards the curve: a stalled batch is not for good
-        if rows == 1:
-            if not after_batch:     # after a batch the library builds the one-row graph again
-                x = min(max(seconds / one, SAMPLE_LIMITS[0]), SAMPLE_LIMITS[1])
-                one_rows[band] = one * x ** ONLINE_RATE
-            return
-        i = bisect_right(ROW_BINS, rows) - 1
+        if batch is not None:
+            # A batch is priced with the step after it: a one-row step after a batch
+            # builds the one-row graph again (a plain step reuses the last one), and that
+            # extra time is the batch's; a batch after a batch builds its own graph anyway.
+            b_rows, b_seconds, b_band = batch
+            if rows == 1:
+                b_seconds += max(seconds - one, 0.0)
+            self._learn(b_rows, b_seconds, b_band)
+        if rows > 1:
+            self._batch = (rows, seconds, band)
+        elif batch is None:
+            x = min(max(seconds / one, SAMPLE_LIMITS[0]), SAMPLE_LIMITS[1])
+            one_rows[band] = one * x ** ONLINE_RATE
+
+    def _learn(self, rows, seconds, band):
+        """A batch of ``rows`` rows at ``band`` took ``seconds``: its size's correction there."""
+        one_rows, corrections = self._online()
+        one = next((x for x in reversed(one_rows[:band + 1]) if x), self.one_row)
         x = seconds / one / self.verify_cost(rows - 1, self.setting())
         c = self.correction(band, rows)
         c *= min(max(x / c, SAMPLE_LIMITS[0]), SAMPLE_LIMITS[1]) ** ONLINE_RATE
-        own[i] = min(max(c, CORRECTION_LIMITS[0]), CORRECTION_LIMITS[1])
+        i = bisect_right(ROW_BINS, rows) - 1
+        corrections[band][i] = min(max(c, CORRECTION_LIMITS[0]), CORRECTION_LIMITS[1])
+        self._seen[band][i] = self._tick
 
     def cap(self, room):
         """How much a drafter may draft this step (see the module docstring)."""
