@@ -150,7 +150,7 @@ class GainPolicy:
         self._learnt = {}                         # thread setting -> (one_rows, corrections), see _online
         self._tick = 0                            # steps timed
         self._seen = [[0] * len(ROW_BINS) for _ in range(BANDS)]   # per band and size: the tick of its last batch
-        self._batch = None                        # the last step's batch (rows, seconds, band), priced
+        self._batch = None                        # the last step's batch (rows, seconds, n_past), priced
                                                   # with the step after it (see timed)
 
     def verify_cost(self, k, setting="all"):
@@ -284,12 +284,12 @@ class GainPolicy:
             # A batch is priced with the step after it: a one-row step after a batch
             # builds the one-row graph again (a plain step reuses the last one), and that
             # extra time is the batch's; a batch after a batch builds its own graph anyway.
-            b_rows, b_seconds, b_band = batch
-            if rows == 1:
+            b_rows, b_seconds, b_past = batch
+            if rows == 1 and b_past < n_past <= b_past + b_rows:    # this answer's next step
                 b_seconds += max(seconds - one, 0.0)
-            self._learn(b_rows, b_seconds, b_band)
+            self._learn(b_rows, b_seconds, min(b_past // BAND, BANDS - 1))
         if rows > 1:
-            self._batch = (rows, seconds, band)
+            self._batch = (rows, seconds, n_past)
         elif batch is None:
             x = min(max(seconds / one, SAMPLE_LIMITS[0]), SAMPLE_LIMITS[1])
             one_rows[band] = one * x ** ONLINE_RATE

@@ -256,9 +256,15 @@ def test_the_one_row_step_after_a_batch_is_charged_to_the_batch():
     p = online()
     steps_at(p, 0, 8, 4.0, n=10)
     assert p.correction(0, 8) == pytest.approx(1.0, abs=0.02)
+    pos = 0
     for _ in range(20):
-        p.timed(1, 0, 0.01)
-        p.timed(8, 0, 0.04)
-        p.timed(1, 0, 0.015)                       # half a one-row decode more after the batch
+        p.timed(1, pos, 0.01)
+        p.timed(8, pos + 1, 0.04)
+        p.timed(1, pos + 6, 0.015)                 # half a one-row decode more after the batch
+        pos += 7
     assert p.correction(0, 8) == pytest.approx(4.5 / 4.0, rel=0.03)
     assert p.one_rows[0] == pytest.approx(0.01)
+    # The first step of the next answer (another position) is not this batch's.
+    p.timed(8, 10, 0.04)
+    p.timed(1, 100, 0.03)
+    assert p.correction(0, 8) == pytest.approx(4.5 / 4.0, rel=0.03)
