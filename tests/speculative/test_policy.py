@@ -178,3 +178,93 @@ def test_a_curve_with_stalls_is_not_kept():
     assert stalled({1: 1.0, 2: 1.22, 4: 2.0, 8: 20.12, 16: 30.0})
     assert stalled({1: 1.0, 2: 3.5})
     assert not stalled({1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87})
+
+
+def online(curve=None):
+    """A policy pricing rows online, one-row decodes of 10 ms at load."""
+    return GainPolicy(curve or {1: 1.0, 2: 1.5, 4: 2.5, 8: 4.0, 16: 7.0}, 0.01, online=True)
+
+
+def steps_at(p, n_past, batch_rows, batch_cost, n=20, one=0.01):
+    """Report ``n`` pairs of steps at ``n_past``: a one-row step of ``one`` seconds, then a
+    batch of ``batch_rows`` rows costing ``batch_cost`` one-row steps."""
+    for _ in range(n):
+        p.timed(1, n_past, one)
+        p.timed(1, n_past, one)
+        p.timed(batch_rows, n_past, batch_cost * one)
+
+
+def test_rows_are_priced_by_what_the_answer_pays():
+    """A 2-row verify the load-time curve priced at 1.5 one-row decodes but that costs
+    2.1 in the answer: a 1-token draft that is right 90% of the time stops being
+    verified (it can commit at most 2 tokens for 2.1 steps), where it pays by the curve."""
+    p = online()
+    p.at(300)
+    assert p.take("m", 1, probs=[0.9]) == 1
+    steps_at(p, 300, 2, 2.1)
+    assert p.correction(1, 2) == pytest.approx(2.1 / 1.5, rel=0.05)
+    assert p.take("m", 1, probs=[0.9]) == 0
+    # A size not seen yet takes the nearest smaller size's correction: priced by the bare
+    # curve it would look cheaper than the corrected 2 rows and be verified instead.
+    assert p.correction(1, 8) == p.correction(1, 2)
+    # Without online pricing (replays against a stand-in context) the times are ignored.
+    q = GainPolicy({1: 1.0, 2: 1.5, 4: 2.5, 8: 4.0, 16: 7.0}, 0.01)
+    steps_at(q, 300, 2, 2.1)
+    q.at(300)
+    assert q.take("m", 1, probs=[0.9]) == 1
+
+
+def test_prices_are_kept_by_position():
+    """What batches cost deep in the cache is learnt there: positions below keep their
+    price, a band not seen yet starts from the nearest one below."""
+    p = online()
+    steps_at(p, 1100, 8, 6.0)                      # band 4: 8 rows at 6 one-row steps, not 4
+    assert p.correction(4, 8) > 1.3
+    assert p.correction(0, 8) == 1.0
+    assert p.correction(6, 8) == p.correction(4, 8)
+    likely = [0.85] * 7
+    p.at(0)
+    shallow = p.take("m", 7, probs=likely)
+    p.at(1100)
+    assert p.take("m", 7, probs=likely) < shallow
+
+
+def test_a_stall_moves_a_price_a_little_and_not_for_good():
+    """One batch stalled at 40 one-row steps (a busy machine) raises its price by at most
+    SAMPLE_LIMITS ** ONLINE_RATE, and the price returns towards the curve while steps
+    without such batches go by."""
+    from geniex.speculative.policy import ONLINE_RATE, SAMPLE_LIMITS
+    p = online()
+    steps_at(p, 0, 8, 4.0, n=5)
+    before = p.correction(0, 8)
+    p.timed(8, 0, 40 * 0.01)
+    p.timed(1, 0, 0.01)                            # a batch is priced with the step after it
+    after = p.correction(0, 8)
+    assert after > before
+    assert after <= before * SAMPLE_LIMITS[1] ** ONLINE_RATE * 1.001
+    for _ in range(100):
+        p.timed(1, 0, 0.01)
+    assert abs(p.correction(0, 8) - 1.0) < (after - 1.0) / 2
+    # A one-row step stalled the same way moves the one-row time as little.
+    p.timed(1, 0, 0.4)
+    assert p.one_rows[0] <= 0.01 * SAMPLE_LIMITS[1] ** ONLINE_RATE * 1.001
+
+
+def test_the_one_row_step_after_a_batch_is_charged_to_the_batch():
+    """After a batch the library builds the one-row graph again: that step's extra time
+    counts as the batch's, and does not make one-row steps look dearer."""
+    p = online()
+    steps_at(p, 0, 8, 4.0, n=10)
+    assert p.correction(0, 8) == pytest.approx(1.0, abs=0.02)
+    pos = 0
+    for _ in range(20):
+        p.timed(1, pos, 0.01)
+        p.timed(8, pos + 1, 0.04)
+        p.timed(1, pos + 6, 0.015)                 # half a one-row decode more after the batch
+        pos += 7
+    assert p.correction(0, 8) == pytest.approx(4.5 / 4.0, rel=0.03)
+    assert p.one_rows[0] == pytest.approx(0.01)
+    # The first step of the next answer (another position) is not this batch's.
+    p.timed(8, 10, 0.04)
+    p.timed(1, 100, 0.03)
+    assert p.correction(0, 8) == pytest.approx(4.5 / 4.0, rel=0.03)
