@@ -168,7 +168,6 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
                 break
             room = min(ctx.n_ctx - n_past, opts.max_tokens - answer.generated, rows) - 1
             t0 = time.perf_counter()
-            policy.at(n_past)
             draft = drafter.propose(history, n_past, policy.cap(room)) if room > 0 else EMPTY
             method = draft.method or drafter.name
             # The one cut, whatever the drafter returned: room and end tokens, then the
@@ -180,16 +179,13 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
                 # A draft token the grammar forbids can never be sampled: cut it (and what
                 # follows it) before the verify rather than reject it there.
                 drafts = drafts[:answer.constraint.allowed_prefix(drafts)]
-            t1, c1 = time.perf_counter(), time.thread_time()
+            t1 = time.perf_counter()
             pending = history[n_past]
             probe = answer.probe
             if probe is not None:
                 probe.start()
             sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog,
                                        answer.constraint, probe)
-            # What this step's rows cost here prices the next drafts (wall clock; on one
-            # thread the decode runs in this one, whose CPU time a neighbour cannot stretch).
-            policy.timed(len(drafts) + 1, n_past, time.perf_counter() - t1, time.thread_time() - c1)
             used, committed, text = answer.commit(sampled)
             if answer.constraint is not None and used < len(sampled):
                 answer.constraint.rollback(len(sampled) - used)     # sampled past a stop string

@@ -161,8 +161,7 @@ class Session:
         costs, one_row = self._verify_cost(self.threads, self.threads_batch)
         others = {"one": self._verify_cost(1, 1)[0]} if governor else {}
         chosen = policy.GainPolicy(costs, one_row, others=others,
-                                   setting=(lambda: governor.mode) if governor else None, online=True,
-                                   one_thread={"one"} | ({"all"} if max(self.threads, self.threads_batch) == 1 else set()))
+                                   setting=(lambda: governor.mode) if governor else None)
         self.spec_notes.append(chosen.describe())
         return chosen
 

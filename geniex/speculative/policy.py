@@ -16,8 +16,7 @@ k to maximise expected committed tokens per unit of time:
 of every size from 1 to 8 rows and of 16, interpolated between 8 and 16; cached per model
 file, threads and KV cache type), on every core and, where the thread governor may move the answer to one
 thread, on one thread too (a batch row costs more there than on every core), and the
-policy uses the curve of the governor's setting, corrected by what the answers' own
-verify steps cost at their KV position (:meth:`GainPolicy.timed`, comments at :data:`BAND`);
+policy uses the curve of the governor's setting;
 ``a`` is the per-token acceptance of each drafting method's drafts of the draft's grade
 (the drafter's own confidence class: for ngram-mod, how much context before the key
 matched; 0 for methods without one), learnt from every step it drafted (a decayed count
@@ -73,25 +72,6 @@ MAX_CACHE_FILE = 4 << 20   # bytes of calibration.json read (64 entries take a f
 # ngram-mod's long matches sit and a draft's best length changes most.
 PROB_EDGES = (0.3, 0.5, 0.7, 0.85, 0.9, 0.95, 0.97, 0.985)
 PROB_WEIGHT = 3.0
-# Prices corrected by the answer's own steps (GainPolicy(online=True)). The load-time
-# curve can be wrong for the answer: measured on an empty cache (deeper in an answer
-# every row also attends over the cached tokens), and from wall-clock minima at load (on
-# a busy machine a 2-row batch was priced 1.57 one-row decodes; in the answers it cost
-# 2.12, so the policy verified 1-token drafts that could never pay). The loop reports
-# each verify's time (:meth:`GainPolicy.timed`); per band of BAND positions the policy
-# keeps a running one-row step time and, per batch size (ROW_BINS), a correction of the
-# curve: what such batches cost there, in those one-row steps, over what the curve says.
-BAND = 256            # KV positions per band
-BANDS = 16            # bands kept; positions past the last share it
-ROW_BINS = (2, 3, 5, 9, 17)   # batch sizes sharing a correction: 2, 3-4, 5-8, 9-16, 17+ rows
-ONLINE_RATE = 0.25    # weight of the newest step in the running estimates (log domain)
-RELAX = 0.02          # per step, a band's corrections move this far back towards the curve (log)...
-STALE = 16            # ...once no batch of their size was verified there for this many steps
-# One step's evidence is clamped: a stall of a busy machine (a batch at 20 one-row
-# decodes) moves a correction by at most SAMPLE_LIMITS ** ONLINE_RATE, and a correction
-# stays within CORRECTION_LIMITS.
-SAMPLE_LIMITS = (0.5, 2.5)
-CORRECTION_LIMITS = (0.6, 2.0)
 
 
 class FixedPolicy:
@@ -105,12 +85,6 @@ class FixedPolicy:
     def take(self, method, offered, grade=0, probs=None):
         return offered
 
-    def at(self, n_past):
-        pass
-
-    def timed(self, rows, n_past, seconds, cpu_seconds=0.0):
-        pass
-
     def observe(self, method, draft, sampled, draft_time, grade=0, probs=None):
         pass
 
@@ -123,15 +97,11 @@ class GainPolicy:
 
     name = "auto"
 
-    def __init__(self, costs, one_row_seconds, others=None, setting=None, online=False, one_thread=()):
+    def __init__(self, costs, one_row_seconds, others=None, setting=None):
         """``costs``: {rows: time of a decode of that many rows / time of one row} on the
         context's own thread setting ("all"); ``others``: {setting name: costs} for the
         settings a thread governor may move the context to, and ``setting`` a callable
-        naming the current one (the curve then follows it). ``online``: correct the
-        curve by the verify times the loop reports (:meth:`timed`; off for replays
-        against a stand-in context, whose times mean nothing); ``one_thread``: the
-        settings that decode on one thread, in the caller's, whose steps are priced by
-        its CPU time (which a busy neighbour cannot stretch) rather than the wall clock."""
+        naming the current one (the curve then follows it)."""
         self.measured = {int(r): float(c) for r, c in costs.items()}   # as measured (the bench reports it)
         self.costs = plausible(self.measured)
         self.one_row = max(one_row_seconds, 1e-6)
@@ -144,14 +114,6 @@ class GainPolicy:
         self.calibration = {}                     # method -> [accepted, rejected] per probability bucket
         self.steps = 0
         self.costly = False                       # some method's drafting time per token is above COSTLY
-        self.online = online
-        self.one_thread = frozenset(one_thread)
-        self.band = 0                             # the band of the step being priced (set by at)
-        self._learnt = {}                         # thread setting -> (one_rows, corrections), see _online
-        self._tick = 0                            # steps timed
-        self._seen = [[0] * len(ROW_BINS) for _ in range(BANDS)]   # per band and size: the tick of its last batch
-        self._batch = None                        # the last step's batch (rows, seconds, n_past), priced
-                                                  # with the step after it (see timed)
 
     def verify_cost(self, k, setting="all"):
         """Time of a (k+1)-row verify in one-row decodes on ``setting`` (a name from
@@ -191,8 +153,7 @@ class GainPolicy:
         a = acc / (acc + rej)
         cal = self._calibration(method) if probs is not None else None
         setting = self.setting()
-        corr = self._corrections(self.band) if self.online else None
-        best_k, best_rate, gain, term, floor = 0, 1.0, 1.0, 1.0, 1.0
+        best_k, best_rate, gain, term = 0, 1.0, 1.0, 1.0
         for k in range(1, limit + 1):
             if cal is None:
                 term *= a
@@ -200,110 +161,12 @@ class GainPolicy:
                 hit, miss = cal[bisect_right(PROB_EDGES, probs[k - 1])]
                 term *= hit / (hit + miss)
             gain += term
-            cost = self.verify_cost(k, setting)
-            if corr is not None:
-                # never below a shorter batch's corrected price (bins are corrected apart)
-                floor = cost = max(cost * corr[bisect_right(ROW_BINS, k + 1) - 1], floor)
-            rate = gain / (cost + d * k)
+            rate = gain / (self.verify_cost(k, setting) + d * k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
             elif term < 0.01:
                 break                             # further tokens add nothing
         return best_k
-
-    def at(self, n_past):
-        """The step about to be priced verifies from KV position ``n_past``."""
-        self.band = min(n_past // BAND, BANDS - 1)
-
-    def correction(self, band, rows):
-        """What a batch of ``rows`` rows costs in position band ``band`` over the curve's
-        price: learnt there, else in the nearest band below (a batch costs no less deeper
-        in the cache), else 1 (the curve as measured)."""
-        return self._corrections(band)[bisect_right(ROW_BINS, rows) - 1]
-
-    def _corrections(self, band):
-        learnt = self._online()[1][:band + 1]
-        out = [next((c[i] for c in reversed(learnt) if c[i]), 0.0) for i in range(len(ROW_BINS))]
-        # A size without evidence takes the nearest smaller size's correction (else the
-        # nearest larger's): priced by the bare curve next to a corrected smaller size,
-        # a longer batch would look cheaper than a shorter one and be verified instead.
-        known = 0.0
-        for i, c in enumerate(out):
-            known = out[i] = c or known
-        known = 1.0
-        for i in range(len(out) - 1, -1, -1):
-            known = out[i] = out[i] or next((c for c in out[i:] if c), known)
-        return out
-
-    def _online(self):
-        """What was learnt on the current thread setting (a one-row step and a batch's
-        price differ between every core and one thread): per band, the running one-row
-        step seconds and per batch size the correction (0: none yet)."""
-        setting = self.setting()
-        got = self._learnt.get(setting)
-        if got is None:
-            got = self._learnt[setting] = ([0.0] * BANDS, [[0.0] * len(ROW_BINS) for _ in range(BANDS)])
-        return got
-
-    @property
-    def one_rows(self):
-        """Per band, the running one-row step time on the current thread setting."""
-        return self._online()[0]
-
-    def timed(self, rows, n_past, seconds, cpu_seconds=0.0):
-        """Learn the price of rows from a verify of ``rows`` rows at ``n_past`` that took
-        ``seconds`` (the loop's decode and sampling of its rows; ``cpu_seconds``: the
-        calling thread's CPU time for it, used on the ``one_thread`` settings): a one-row
-        step updates its band's one-row time, a batch its size's correction, each a
-        running mean in the log domain with one step's evidence clamped (:data:`SAMPLE_LIMITS`)."""
-        if not self.online:
-            return
-        if cpu_seconds > 0.0 and self.setting() in self.one_thread:
-            seconds = cpu_seconds
-        if seconds <= 0.0:
-            return
-        batch, self._batch = self._batch, None
-        band = min(n_past // BAND, BANDS - 1)
-        one_rows, corrections = self._online()
-        one = one_rows[band]
-        if one == 0.0:      # the band's first: the nearest band below, else the load-time figure
-            one = next((x for x in reversed(one_rows[:band]) if x), 0.0)
-            if one == 0.0:
-                # The setting's first step: the load-time one-row decode was measured on
-                # every core and on an empty cache; a plain step now says more.
-                one = self.one_row
-                if rows == 1 and batch is None:
-                    one_rows[band] = min(max(seconds, one / 2), one * 4)
-                    return
-        self._tick += 1
-        own, seen = corrections[band], self._seen[band]
-        for i, c in enumerate(own):
-            if c and self._tick - seen[i] > STALE:
-                own[i] = c ** (1.0 - RELAX)     # back towards the curve: a stalled batch is not for good
-        if batch is not None:
-            # A batch is priced with the step after it: a one-row step after a batch
-            # builds the one-row graph again (a plain step reuses the last one), and that
-            # extra time is the batch's; a batch after a batch builds its own graph anyway.
-            b_rows, b_seconds, b_past = batch
-            if rows == 1 and b_past < n_past <= b_past + b_rows:    # this answer's next step
-                b_seconds += max(seconds - one, 0.0)
-            self._learn(b_rows, b_seconds, min(b_past // BAND, BANDS - 1))
-        if rows > 1:
-            self._batch = (rows, seconds, n_past)
-        elif batch is None:
-            x = min(max(seconds / one, SAMPLE_LIMITS[0]), SAMPLE_LIMITS[1])
-            one_rows[band] = one * x ** ONLINE_RATE
-
-    def _learn(self, rows, seconds, band):
-        """A batch of ``rows`` rows at ``band`` took ``seconds``: its size's correction there."""
-        one_rows, corrections = self._online()
-        one = next((x for x in reversed(one_rows[:band + 1]) if x), self.one_row)
-        x = seconds / one / self.verify_cost(rows - 1, self.setting())
-        c = self.correction(band, rows)
-        c *= min(max(x / c, SAMPLE_LIMITS[0]), SAMPLE_LIMITS[1]) ** ONLINE_RATE
-        i = bisect_right(ROW_BINS, rows) - 1
-        corrections[band][i] = min(max(c, CORRECTION_LIMITS[0]), CORRECTION_LIMITS[1])
-        self._seen[band][i] = self._tick
 
     def cap(self, room):
         """How much a drafter may draft this step (see the module docstring)."""

@@ -327,29 +327,3 @@ def test_the_policy_shows_its_choices_in_the_trace_and_the_profile(cli, tmp_path
     else:
         assert "draft policy:" not in proc.stderr
     assert offered > 0
-
-
-def test_the_auto_policy_prices_rows_by_the_answers_own_steps(demo_model, reference, tmp_path):
-    """A session's auto policy learns from its verify steps where they run: after an
-    answer that drafted, the answer's position band has a one-row step time (CPU time
-    of this thread: one thread) and a price correction for the batch sizes it verified,
-    within their bounds; and the answer is the plain one."""
-    from geniex.speculative.policy import BAND, CORRECTION_LIMITS, plausible
-    s = Session(demo_model, LoadOptions(nctx=512, threads=1, threads_batch=1, adaptive_threads=False,
-                                        data_dir=str(tmp_path), spec=SpecOptions(types=("ngram-mod",))))
-    try:
-        assert s.policy.online and "all" in s.policy.one_thread
-        # Rows priced cheap at load (a curve measured on a busy machine can price them out
-        # of drafting): whether it drafts then depends on the drafts, not on the load.
-        s.policy.curves["all"] = plausible({1: 1.0, 2: 1.1, 4: 1.3, 8: 1.6, 16: 2.2})
-        s.policy._cost.clear()
-        got, stats = answer(s, REPEAT, GREEDY)
-        assert got == reference(REPEAT, GREEDY)[0]
-        assert stats.drafted > 0
-        one_rows, corrections = s.policy._learnt["all"]
-        band = (stats.prompt_tokens + len(got) // 2) // BAND
-        assert any(one_rows[:band + 1])
-        learnt = [c for per_band in corrections for c in per_band if c]
-        assert learnt and all(CORRECTION_LIMITS[0] <= c <= CORRECTION_LIMITS[1] for c in learnt)
-    finally:
-        s.close()

@@ -2,8 +2,7 @@
 """Where each step's time goes on first sight, per workload: a table.
 
     python tools/bench/profile_steps.py [--quick] [--rounds 2] [--workloads a,b] [--method ngram-mod]
-                                        [--curve 2:2.0,4:2.8,8:4.2,16:7.9] [--policy-curve ...] [--online]
-                                        [--timed]
+                                        [--curve 2:2.0,4:2.8,8:4.2,16:7.9] [--timed]
 
 Load-free by default: the bench's requests (``workloads/``, in the bench's order, earlier
 turns unmeasured) are answered once with plain decoding (``counts.py``'s cache), then the
@@ -110,18 +109,7 @@ def replay(args):
     # The policy prices drafts by --policy-curve where given (a curve measured at other
     # sizes, e.g. 2:2.0,4:2.8,8:4.2,16:7.9 without 3, 5, 6 and 7 rows), the steps by --curve.
     seen = _parse_curve(args.policy_curve) if args.policy_curve else curve
-    if args.policy == "fixed":
-        policy = FIXED
-    elif args.online:
-        class Priced(pol.GainPolicy):
-            """Prices rows online as a session's policy does, told what each verify costs
-            on --curve (the stand-in context's time means nothing)."""
-
-            def timed(self, rows, n_past, seconds, cpu_seconds=0.0):
-                super().timed(rows, n_past, cost[rows] * self.one_row)
-        policy = Priced(seen, 0.006, online=True)
-    else:
-        policy = pol.GainPolicy(seen, 0.006)
+    policy = pol.GainPolicy(seen, 0.006) if args.policy == "auto" else FIXED
     longest = drafter.n_max + 1
     tallies, memory = {}, []
     for wl, prompt, sampled, n_tokens, measured in reqs:
@@ -232,12 +220,6 @@ class _PerfectPolicy:
     def observe(self, *a, **k):
         pass
 
-    def at(self, n_past):
-        pass
-
-    def timed(self, *a):
-        pass
-
 
 def _perfect_policy(reqs, n_vocab, eog, drafter, cost):
     """{workload: plain cost / cost} with the same drafter and a policy that knows the
@@ -300,8 +282,6 @@ def main(argv=None):
     ap.add_argument("--cache", type=Path, default=CACHE, help="plain answers cache (counts.py's)")
     ap.add_argument("--policy-curve", help="the verify cost curve the draft policy sees (default: --curve); the "
                     "steps are priced by --curve either way: what a policy misled by its curve costs")
-    ap.add_argument("--online", action="store_true", help="the policy corrects its --policy-curve by the steps' "
-                    "costs on --curve, as a session's does with the verify times it measures")
     ap.add_argument("--timed", action="store_true", help="wall clock on the real model instead (noisy)")
     args = ap.parse_args(argv)
     return timed(args) if args.timed else replay(args)
