@@ -3,9 +3,8 @@ tests/support/identity.py): loaded once per run, so that its prompt is prefilled
 for every method, free text and constrained."""
 import pytest
 
-from geniex.speculative import policy
 from geniex.speculative.options import SpecOptions
-from identity import AT_DEFAULTS, MARGIN, QUIET_CURVE, Bench, fixed, inventory_line, inventory_tokens
+from identity import AT_DEFAULTS, MARGIN, Bench, fixed, inventory_line, inventory_tokens
 
 
 @pytest.fixture(scope="session")
@@ -16,9 +15,7 @@ def long_bench(demo_model):
     bench = Bench(demo_model, 2048, AT_DEFAULTS, SpecOptions(types=("ngram-mod",)),
                   lambda method: fixed(method, demo_model))
     bench.check_defaults()
-    # ngram-mod at its defaults sizes its drafts by a quiet machine's curve (QUIET_CURVE).
-    drafter, auto = bench.own
-    bench.own = (drafter, policy.GainPolicy(QUIET_CURVE, auto.one_row))
+    bench.size_by_quiet_curve()             # ngram-mod at its defaults: a quiet machine's curve
     yield bench
     bench.close()
 

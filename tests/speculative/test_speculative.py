@@ -18,8 +18,6 @@ from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.drafters.base import Draft, Drafter
 from geniex.speculative.options import FALLBACK
-from geniex.speculative import policy
-from identity import QUIET_CURVE
 
 REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over the lazy dog. "
           "The quick brown fox jumps over the lazy dog again.")
@@ -67,10 +65,7 @@ def short_bench(demo_model):
     both = "ngram-mod,draft-simple"
     bench = Bench(demo_model, 256, both, SpecOptions(types=tuple(both.split(",")), draft_path=demo_model),
                   lambda m: SpecOptions(types=tuple(m.split(",")), draft_path=demo_model if "draft" in m else None))
-    # Sized by a quiet machine's verify cost curve (a busy neighbour can make batches
-    # look too dear to draft at all, and these tests need drafts); lengths never change tokens.
-    drafter, auto = bench.own
-    bench.own = (drafter, policy.GainPolicy(QUIET_CURVE, auto.one_row))
+    bench.size_by_quiet_curve()
     yield bench
     bench.close()
 

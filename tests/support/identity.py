@@ -73,6 +73,15 @@ class Bench:
         self.drafters = {}
         self.references = {}
 
+    def size_by_quiet_curve(self):
+        """The speculative session's own auto policy sizes drafts by :data:`QUIET_CURVE`
+        instead of the curve its load measured (a busy neighbour can make batches look too
+        dear to draft at all, and an identity test needs drafts); lengths never change tokens."""
+        from geniex.speculative.policy import GainPolicy
+        drafter, auto = self.own
+        self.own = (drafter, GainPolicy(QUIET_CURVE, auto.one_row))
+        self.spec.drafter, self.spec.policy = self.own
+
     def check_defaults(self):
         """The sessions run the shipped numerics: several threads, q8_0 K and V."""
         for s in (self.plain, self.spec):
