@@ -10,6 +10,8 @@ Each group then costs one load instead of one per test. The order changes no out
 every test sends what it needs, and a test that finds another model resident only
 waits for a reload.
 """
+import itertools
+
 import pytest
 
 
@@ -18,21 +20,19 @@ def pytest_configure(config):
                                        "module's shared server; tests/server/conftest.py groups tests by it")
 
 
+def _resident(item):
+    marker = item.get_closest_marker("resident")
+    return None if marker is None else marker.args[0]
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    start = 0
-    while start < len(items):
-        module = items[start].module if hasattr(items[start], "module") else None
-        end = start
-        while end < len(items) and getattr(items[end], "module", None) is module:
-            end += 1
-        run = items[start:end]
-        if module is not None and any(item.get_closest_marker("resident") for item in run):
-            rank = {}
-            for item in run:
-                marker = item.get_closest_marker("resident")
-                if marker is not None:
-                    rank.setdefault(marker.args[0], len(rank))
-            items[start:end] = sorted(run, key=lambda item: -1 if item.get_closest_marker("resident") is None
-                                      else rank[item.get_closest_marker("resident").args[0]])
-        start = end
+    ordered = []
+    for _, run in itertools.groupby(items, key=lambda item: getattr(item, "module", None)):
+        run = list(run)
+        rank = {}                       # each resident value, in the order it first appears
+        for name in filter(None, map(_resident, run)):
+            rank.setdefault(name, len(rank))
+        # A stable sort: unmarked tests first, then one group per value, file order inside.
+        ordered += sorted(run, key=lambda item: rank.get(_resident(item), -1))
+    items[:] = ordered
