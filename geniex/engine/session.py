@@ -9,7 +9,6 @@ follow-up prompt decodes only what is new.
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from geniex import config
 from geniex.config import physical_cores
@@ -176,9 +175,7 @@ class Session:
     def _verify_cost(self, threads, threads_batch):
         """The verify cost curve of this model on ``threads``/``threads_batch``: measured
         once, then read from the data dir's calibration cache."""
-        st = Path(self.model.path).stat()
-        key = (f"{Path(self.model.path).resolve()}|{st.st_size}|{int(st.st_mtime)}|{threads}/"
-               f"{threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}|{policy.CALIBRATION}")
+        key = (f"{policy.model_key(self.model.path)}{threads}/{threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}|{policy.CALIBRATION}")
         cache = policy.CalibrationCache(config.data_dir(self.options.data_dir) / "calibration.json")
         found = cache.get(key)
         if found is None:

@@ -40,6 +40,7 @@ import json
 import os
 import time
 from bisect import bisect_right
+from pathlib import Path
 
 from geniex import files
 from geniex.speculative.options import NGRAM_METHODS
@@ -283,6 +284,13 @@ def stalled(costs):
     well over its rows decoded one at a time): such a curve is used for the load it was
     measured at, and measured again at the next one."""
     return any(float(c) > STALLED * int(r) for r, c in costs.items())
+
+
+def model_key(path):
+    """How a model file's calibration keys start: its resolved path, size and mtime (a
+    rewritten file is measured again)."""
+    st = Path(path).stat()
+    return f"{Path(path).resolve()}|{st.st_size}|{int(st.st_mtime)}|"
 
 
 class CalibrationCache:

@@ -72,13 +72,6 @@ def tiny(tmp_path_factory):
     }
 
 
-def _calibration_key_prefix(model):
-    """How the calibration cache's keys for ``model`` start (Session._verify_cost: the
-    resolved path, size and mtime of the file)."""
-    st = Path(model).stat()
-    return f"{Path(model).resolve()}|{st.st_size}|{int(st.st_mtime)}|"
-
-
 def _curves(path):
     """The calibration entries of ``path``, or {} when it is no regular file (a test may
     leave a FIFO or a symlink there)."""
@@ -119,8 +112,9 @@ def calibration_cache(_private_default_data_dir, demo_model):
     model file on the same machine, measured once per run, nested runs included."""
     from geniex.engine.session import LoadOptions, Session
     from geniex.speculative.options import SpecOptions
+    from geniex.speculative.policy import model_key
     path = _private_default_data_dir / "calibration.json"
-    prefix = _calibration_key_prefix(demo_model)
+    prefix = model_key(demo_model)
     parent = os.environ.get("GENIEX_TEST_CALIBRATION")
     if parent and any(k.startswith(prefix) for k in _curves(Path(parent))):
         shutil.copyfile(parent, path)
