@@ -1,12 +1,14 @@
 """``POST /v1/messages`` (Anthropic's Messages API, what coding agents speak) and
 ``POST /v1/messages/count_tokens``, on the chat path: ``system`` and ``messages``
-become chat messages, the answer one ``text`` content block (streamed as the API's
-named events: message_start, content_block_start/delta/stop, message_delta,
-message_stop).
-
-Tool use is not parsed out of answers here: ``tools`` or ``tool_use`` /
-``tool_result`` blocks are a 400 naming them, rather than an answer that drops them.
+become chat messages (``tool_use`` blocks the assistant's tool calls, ``tool_result``
+blocks tool turns), client ``tools`` the chat request's tools; the answer is a ``text``
+content block and one ``tool_use`` block per call the model made (streamed as the
+API's named events: message_start, content_block_start/delta/stop, message_delta,
+message_stop). Server tools (web search, code execution, ...) are a 400 naming them:
+they run on Anthropic's side.
 """
+import json
+
 from flask import Blueprint, jsonify
 
 from geniex.engine import tasks
@@ -29,24 +31,91 @@ def _text(content, where):
     for i, block in enumerate(content or []):
         kind = block.get("type")
         if kind != "text":
-            raise ApiError(400, f"{where}[{i}].type: {kind!r} blocks are not supported by this server (text only; "
-                           "it does not parse tool use out of answers)", param=f"{where}[{i}].type",
-                           code="unsupported_value")
+            raise ApiError(400, f"{where}[{i}].type: {kind!r} blocks are not supported here (text only)",
+                           param=f"{where}[{i}].type", code="unsupported_value")
         texts.append(block.get("text", ""))
     return "\n".join(texts)
 
 
+def _turns(m, where):
+    """One Messages turn as chat messages: a user turn's ``tool_result`` blocks become
+    tool turns (before its text: they answer the previous turn's calls), an assistant
+    turn's ``tool_use`` blocks its ``tool_calls``."""
+    content = m.get("content")
+    if isinstance(content, str):
+        return [{"role": m["role"], "content": content}]
+    texts, calls, results = [], [], []
+    for i, block in enumerate(content or []):
+        kind, at = block.get("type"), f"{where}[{i}]"
+        if kind == "text":
+            texts.append(block.get("text", ""))
+        elif kind == "tool_use" and m["role"] == "assistant":
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str) \
+                    or not isinstance(block.get("input"), dict):
+                raise ApiError(400, f"{at}: a tool_use block needs a string id and name and an input object",
+                               param=at, code="invalid_value")
+            calls.append({"id": block["id"], "type": "function",
+                          "function": {"name": block["name"], "arguments": json.dumps(block["input"])}})
+        elif kind == "tool_result" and m["role"] == "user":
+            if not isinstance(block.get("tool_use_id"), str):
+                raise ApiError(400, f"{at}.tool_use_id: a tool_result block needs the tool_use id it answers",
+                               param=f"{at}.tool_use_id", code="invalid_value")
+            text = _text(block.get("content") or "", f"{at}.content")
+            results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
+                            "content": "Error: " + text if block.get("is_error") else text})
+        else:
+            raise ApiError(400, f"{at}.type: {kind!r} blocks are not supported in a {m['role']} turn here (text, "
+                           "tool_use from the assistant, tool_result from the user)", param=f"{at}.type",
+                           code="unsupported_value")
+    turn = [{"role": m["role"], "content": "\n".join(texts), **({"tool_calls": calls} if calls else {})}]
+    return results + (turn if texts or calls or not results else [])
+
+
+def _tools(tools):
+    """Client tools (``{"name", "description", "input_schema"}``) as chat tools; a
+    server tool (one with a ``type`` other than ``custom``) is a 400 naming it."""
+    if not tools:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else "?"
+        if kind not in (None, "custom"):
+            raise ApiError(400, f"tools[{i}].type: {kind!r} is a server tool that runs on Anthropic's side; this "
+                           "server offers client tools only", param=f"tools[{i}].type", code="unsupported_value")
+        fn = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
+        if tool.get("description") is not None:
+            fn["description"] = tool["description"]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+# Anthropic's tool_choice types -> chat's.
+CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def _tool_choice(choice):
+    """``(tool_choice, parallel_tool_calls)`` as chat takes them."""
+    if choice is None:
+        return None, None
+    kind = choice.get("type") if isinstance(choice, dict) else None
+    if kind == "tool":
+        chat = {"type": "function", "function": {"name": choice.get("name")}}
+    elif kind in CHOICE:
+        chat = CHOICE[kind]
+    else:
+        raise ApiError(400, "tool_choice.type: expected auto, any, tool or none", param="tool_choice.type",
+                       code="invalid_value")
+    return chat, (False if choice.get("disable_parallel_tool_use") else None)
+
+
 def chat_body(body):
     """The chat request a Messages request stands for."""
-    if body.get("tools"):
-        raise ApiError(400, "tools: this server does not parse tool use out of answers on /v1/messages",
-                       param="tools", code="unsupported_value")
     llama_fields.refuse_logprobs(body, "/v1/messages")
     messages = []
     if body.get("system"):
         messages.append({"role": "system", "content": _text(body["system"], "system")})
     for i, m in enumerate(body["messages"]):
-        messages.append({"role": m["role"], "content": _text(m.get("content"), f"messages[{i}].content")})
+        messages.extend(_turns(m, f"messages[{i}].content"))
     out = {k: v for k, v in body.items() if k not in ("system", "messages", "max_tokens", "stop_sequences",
                                                        "stream", "metadata", "thinking", "tool_choice",
                                                        "service_tier", "output_format")}
@@ -57,19 +126,33 @@ def chat_body(body):
             raise ApiError(400, "output_format: expected {\"type\": \"json_schema\", \"schema\": {...}}",
                            param="output_format", code="invalid_value")
         out["response_format"] = {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
+    out["tools"] = _tools(body.get("tools"))
+    out["tool_choice"], out["parallel_tool_calls"] = _tool_choice(body.get("tool_choice"))
     # The answer's text as the model wrote it: thinking blocks are not split out here.
     out.update(messages=messages, max_completion_tokens=body["max_tokens"], stop=body.get("stop_sequences"),
                stream=bool(body.get("stream")), reasoning_format="none")
     return out
 
 
-def _message(answer, text, stats, stop_sequence=None):
+def _tool_use(call):
+    """A ``tool_use`` content block of a chat ``tool_calls`` item."""
+    fn = call["function"]
+    return {"type": "tool_use", "id": call["id"], "name": fn["name"], "input": json.loads(fn["arguments"] or "{}")}
+
+
+def _stop_reason(stats, calls):
+    reason = STOP.get(stats.stop_reason, "end_turn")
+    return "tool_use" if calls and reason == "end_turn" else reason
+
+
+def _message(answer, text, stats, stop_sequence=None, calls=()):
     usage = {"input_tokens": stats.prompt_tokens - stats.prompt_reused if stats else 0,
              "cache_read_input_tokens": stats.prompt_reused if stats else 0,
              "output_tokens": stats.decode_tokens if stats else 0}
     out = {"id": answer.msg_id, "type": "message", "role": "assistant", "model": answer.model,
-           "content": [{"type": "text", "text": text}] if text is not None else [],
-           "stop_reason": STOP.get(stats.stop_reason, "end_turn") if stats else None,
+           "content": ([{"type": "text", "text": text}] if text is not None and (text.strip() or not calls) else [])
+           + [_tool_use(c) for c in calls],
+           "stop_reason": _stop_reason(stats, calls) if stats else None,
            "stop_sequence": stop_sequence, "usage": usage}
     if stats is not None:
         out["timings"] = shapes.profile.timings(stats)
@@ -94,24 +177,49 @@ def messages():
         return stream(_events(body, answer), answer, done=False, encode=sse.encode_named)
     with answer:
         text = answer.text()
-    return jsonify(_message(answer, text, answer.stats, _stop_sequence(body, answer.stats)))
+    return jsonify(_message(answer, text, answer.stats, _stop_sequence(body, answer.stats), answer.calls))
 
 
 def _events(body, answer):
+    """The answer as Anthropic streams it: a text block opened at the first text and
+    closed at a call or the end, a tool_use block per call (its input in one
+    ``input_json_delta``: a call is sent once read whole)."""
     start = _message(answer, None, None)
     start["usage"]["input_tokens"] = 0
     yield "message_start", {"type": "message_start", "message": start}
-    yield "content_block_start", {"type": "content_block_start", "index": 0,
-                                  "content_block": {"type": "text", "text": ""}}
     yield "ping", {"type": "ping"}
+    index, text_open = 0, False
     for ev in answer.events():
-        if isinstance(ev, tasks.Piece) and ev.text:
-            yield "content_block_delta", {"type": "content_block_delta", "index": 0,
+        if not isinstance(ev, tasks.Piece):
+            continue
+        if ev.text:
+            if not text_open:
+                yield "content_block_start", {"type": "content_block_start", "index": index,
+                                              "content_block": {"type": "text", "text": ""}}
+                text_open = True
+            yield "content_block_delta", {"type": "content_block_delta", "index": index,
                                           "delta": {"type": "text_delta", "text": ev.text}}
+        for call in ev.calls:
+            if text_open:
+                yield "content_block_stop", {"type": "content_block_stop", "index": index}
+                index, text_open = index + 1, False
+            block = _tool_use(call)
+            yield "content_block_start", {"type": "content_block_start", "index": index,
+                                          "content_block": {**block, "input": {}}}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                          "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+            index += 1
+    if not text_open and index == 0:
+        # An empty answer is still one (empty) text block, as a whole answer gives it.
+        yield "content_block_start", {"type": "content_block_start", "index": 0,
+                                      "content_block": {"type": "text", "text": ""}}
+        text_open = True
+    if text_open:
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
     stats = answer.stats
-    yield "content_block_stop", {"type": "content_block_stop", "index": 0}
     yield "message_delta", {"type": "message_delta",
-                            "delta": {"stop_reason": STOP.get(stats.stop_reason, "end_turn"),
+                            "delta": {"stop_reason": _stop_reason(stats, answer.calls),
                                       "stop_sequence": _stop_sequence(body, stats)},
                             "usage": {"input_tokens": stats.prompt_tokens - stats.prompt_reused,
                                       "cache_read_input_tokens": stats.prompt_reused,
@@ -129,6 +237,9 @@ def count_tokens():
     a = answerer()
     target, _ = a.target(chat)
     msgs, _ = chat_messages(chat["messages"], target, False)
-    data, _, _ = a.result(chat, tasks.TemplateTask(msgs, template_kwargs=body.get("chat_template_kwargs")), cancel())
+    agent = a.agent_fields(chat)
+    task = tasks.TemplateTask(msgs, tools=agent["tools"], template_kwargs=agent["template_kwargs"],
+                              tool_choice=agent["tool_choice"])
+    data, _, _ = a.result(chat, task, cancel())
     tokens, _, _ = a.result(chat, tasks.TokenizeTask(data["prompt"], add_special=True), cancel())
     return jsonify({"input_tokens": len(tokens["tokens"])})

@@ -1,9 +1,10 @@
 """``POST /v1/responses``: OpenAI's Responses API (what coding agents speak), on the chat
-path: ``instructions`` and ``input`` become chat messages, the answer comes back as one
-``message`` output item with ``output_text`` (streamed as the API's named events).
-
-Tool calls are not parsed out of answers here: a request carrying function-call items
-is a 400 naming them, rather than an answer that drops them.
+path: ``instructions`` and ``input`` become chat messages (``function_call`` and
+``function_call_output`` items the assistant's tool calls and the tool turns), function
+``tools`` the chat request's tools; the answer comes back as a ``message`` output item
+with ``output_text`` and one ``function_call`` item per call the model made (streamed as
+the API's named events). Hosted tools (web search, file search, ...) are a 400 naming
+them: they run on OpenAI's side.
 """
 import time
 
@@ -29,16 +30,7 @@ def chat_body(body):
         messages.append({"role": "user", "content": raw})
     else:
         for i, item in enumerate(raw or []):
-            kind = item.get("type", "message")
-            if kind != "message":
-                raise ApiError(400, f"input[{i}].type: {kind!r} items are not supported by this server (it does "
-                               "not parse tool calls out of answers); send message items", param=f"input[{i}].type",
-                               code="unsupported_value")
-            content = item.get("content")
-            if isinstance(content, list):
-                content = [{"type": "text", "text": p.get("text", "")} if p.get("type") in TEXT_PARTS else p
-                           for p in content]
-            messages.append({"role": item.get("role", "user"), "content": content})
+            _add_item(messages, item, i)
     out = {k: v for k, v in body.items() if k not in ("input", "instructions", "max_output_tokens", "stream",
                                                        "text", "store", "reasoning", "truncation", "metadata",
                                                        "previous_response_id", "include", "user")}
@@ -50,9 +42,8 @@ def chat_body(body):
                        "/v1/responses; ask /v1/chat/completions (logprobs, top_logprobs)", param="include",
                        code="unsupported_value")
     llama_fields.refuse_logprobs(body, "/v1/responses")
-    if body.get("tools"):
-        raise ApiError(400, "tools: this server does not parse tool calls out of answers on /v1/responses",
-                       param="tools", code="unsupported_value")
+    out["tools"] = _tools(body.get("tools"))
+    out["tool_choice"] = _tool_choice(body.get("tool_choice"))
     out["messages"] = messages
     fmt = text_format(body)
     if fmt is not None:
@@ -62,6 +53,70 @@ def chat_body(body):
         out["max_completion_tokens"] = body["max_output_tokens"]
     out["stream"] = bool(body.get("stream"))
     return out
+
+
+def _add_item(messages, item, i):
+    """One ``input`` item onto the chat ``messages``: a message; a ``function_call``
+    (joined to the assistant turn it follows, as chat holds an answer's text and calls
+    in one message); a ``function_call_output`` as a tool turn."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        content = item.get("content")
+        if isinstance(content, list):
+            content = [{"type": "text", "text": p.get("text", "")} if p.get("type") in TEXT_PARTS else p
+                       for p in content]
+        messages.append({"role": item.get("role", "user"), "content": content})
+    elif kind == "function_call":
+        for key in ("call_id", "name", "arguments"):
+            if not isinstance(item.get(key), str):
+                raise ApiError(400, f"input[{i}].{key}: a function_call item needs a string {key}",
+                               param=f"input[{i}].{key}", code="invalid_value")
+        call = {"id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]}}
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item.get("output")
+        if isinstance(output, list):
+            output = "\n".join(p.get("text", "") for p in output if isinstance(p, dict) and p.get("type") in TEXT_PARTS)
+        if not isinstance(item.get("call_id"), str) or not isinstance(output, str):
+            raise ApiError(400, f"input[{i}]: a function_call_output item needs a string call_id and output",
+                           param=f"input[{i}]", code="invalid_value")
+        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+    else:
+        raise ApiError(400, f"input[{i}].type: {kind!r} items are not supported by this server; send message, "
+                       "function_call and function_call_output items", param=f"input[{i}].type",
+                       code="unsupported_value")
+
+
+def _tools(tools):
+    """Function ``tools`` (``{"type": "function", "name", "description", "parameters"}``)
+    as the chat request's; anything else is a 400 naming it."""
+    if not tools:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise ApiError(400, f"tools[{i}].type: {kind!r} tools run on OpenAI's side; this server offers function "
+                           "tools only", param=f"tools[{i}].type", code="unsupported_value")
+        out.append({"type": "function",
+                    "function": {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}})
+    return out
+
+
+def _tool_choice(choice):
+    """``tool_choice`` as chat takes it: ``{"type": "function", "name"}`` names its
+    function one level up."""
+    if choice is None or isinstance(choice, str):
+        return choice
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    raise ApiError(400, "tool_choice: expected none, auto, required or {\"type\": \"function\", \"name\": ...}",
+                   param="tool_choice", code="unsupported_value")
 
 
 def text_format(body):
@@ -101,18 +156,32 @@ def _usage(stats):
 
 
 class _Response:
-    """One response object as it grows (ids, creation time, its message item)."""
+    """One response object as it grows (ids, creation time, its output items)."""
 
     def __init__(self, body, model):
         self.id = shapes.new_id("resp", "_")
-        self.msg_id = shapes.new_id("msg", "_")
         self.created = int(time.time())
         self.body = body
         self.model = model
 
-    def message(self, text, status):
-        return {"type": "message", "id": self.msg_id, "status": status, "role": "assistant",
+    @staticmethod
+    def message(text, status, msg_id=None):
+        """A ``message`` output item (no content while in progress)."""
+        return {"type": "message", "id": msg_id or shapes.new_id("msg", "_"), "status": status, "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": []}] if status else []}
+
+    @staticmethod
+    def call(call, status="completed"):
+        """A ``function_call`` output item of a chat ``tool_calls`` item (its id is the
+        ``call_id`` the client answers with a ``function_call_output``)."""
+        fn = call["function"]
+        return {"type": "function_call", "id": "fc_" + call["id"].removeprefix("call_"), "call_id": call["id"],
+                "name": fn["name"], "arguments": fn["arguments"] if status == "completed" else "", "status": status}
+
+    def output(self, text, calls):
+        """The output items of a whole answer: its text (unless it is only calls), then its calls."""
+        items = [self.message(text, "completed")] if text.strip() or not calls else []
+        return items + [self.call(c) for c in calls]
 
     def object(self, status, output=(), stats=None, warnings=()):
         incomplete = stats is not None and shapes.finish_reason(stats.stop_reason) == "length"
@@ -120,7 +189,8 @@ class _Response:
                "status": "incomplete" if incomplete else status, "model": self.model, "output": list(output),
                "error": None, "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
                "instructions": self.body.get("instructions"), "max_output_tokens": self.body.get("max_output_tokens"),
-               "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
+               "parallel_tool_calls": self.body.get("parallel_tool_calls") is not False,
+               "tool_choice": self.body.get("tool_choice") or "auto", "tools": list(self.body.get("tools") or []),
                "temperature": self.body.get("temperature"), "top_p": self.body.get("top_p"),
                "text": {"format": _echo_format(self.body)}, "metadata": {},
                "usage": _usage(stats) if stats is not None else None}
@@ -142,32 +212,64 @@ def responses():
         return stream(_events(resp, answer), answer, done=False, encode=sse.encode_named)
     with answer:
         text = answer.text()
-    return jsonify(resp.object("completed", [resp.message(text, "completed")], answer.stats, answer.warnings))
+    return jsonify(resp.object("completed", resp.output(text, answer.calls), answer.stats, answer.warnings))
 
 
 def _events(resp, answer):
+    """The answer as the Responses API streams it: a message item opened at the first
+    text and closed at a call or the end, a function_call item per call (its arguments
+    in one delta: a call is sent once read whole)."""
     seq = iter(range(1 << 30))
+    items = []                      # the output items done so far
+    open_msg = None                 # (item id, text pieces) of the message being written
 
     def event(kind, **fields):
         return kind, {"type": kind, "sequence_number": next(seq), **fields}
 
+    def open_message():
+        nonlocal open_msg
+        open_msg = (shapes.new_id("msg", "_"), [])
+        yield event("response.output_item.added", output_index=len(items), item=resp.message("", "", open_msg[0]))
+        yield event("response.content_part.added", item_id=open_msg[0], output_index=len(items), content_index=0,
+                    part={"type": "output_text", "text": "", "annotations": []})
+
+    def close_message():
+        nonlocal open_msg
+        msg_id, pieces = open_msg
+        open_msg = None
+        whole = "".join(pieces)
+        at = dict(item_id=msg_id, output_index=len(items), content_index=0)
+        yield event("response.output_text.done", **at, text=whole, logprobs=[])
+        yield event("response.content_part.done", **at, part={"type": "output_text", "text": whole, "annotations": []})
+        item = resp.message(whole, "completed", msg_id)
+        yield event("response.output_item.done", output_index=len(items), item=item)
+        items.append(item)
+
     yield event("response.created", response=resp.object("in_progress"))
     yield event("response.in_progress", response=resp.object("in_progress"))
-    yield event("response.output_item.added", output_index=0, item=resp.message("", ""))
-    part = {"type": "output_text", "text": "", "annotations": []}
-    yield event("response.content_part.added", item_id=resp.msg_id, output_index=0, content_index=0, part=part)
-    text = []
     for ev in answer.events():
-        if isinstance(ev, tasks.Piece) and ev.text:
-            text.append(ev.text)
-            yield event("response.output_text.delta", item_id=resp.msg_id, output_index=0, content_index=0,
+        if not isinstance(ev, tasks.Piece):
+            continue
+        if ev.text:
+            if open_msg is None:
+                yield from open_message()
+            open_msg[1].append(ev.text)
+            yield event("response.output_text.delta", item_id=open_msg[0], output_index=len(items), content_index=0,
                         delta=ev.text, logprobs=[], **shapes.extras(ev))
-    whole = "".join(text)
-    yield event("response.output_text.done", item_id=resp.msg_id, output_index=0, content_index=0, text=whole,
-                logprobs=[])
-    yield event("response.content_part.done", item_id=resp.msg_id, output_index=0, content_index=0,
-                part={**part, "text": whole})
-    item = resp.message(whole, "completed")
-    yield event("response.output_item.done", output_index=0, item=item)
-    final = resp.object("completed", [item], answer.stats, answer.warnings)
+        for call in ev.calls:
+            if open_msg is not None:
+                yield from close_message()
+            item = resp.call(call)
+            at = dict(item_id=item["id"], output_index=len(items))
+            yield event("response.output_item.added", output_index=len(items), item=resp.call(call, "in_progress"))
+            yield event("response.function_call_arguments.delta", **at, delta=item["arguments"])
+            yield event("response.function_call_arguments.done", **at, name=item["name"], arguments=item["arguments"])
+            yield event("response.output_item.done", output_index=len(items), item=item)
+            items.append(item)
+    if open_msg is None and not items:
+        # An empty answer is still one (empty) message, as a whole answer gives it.
+        yield from open_message()
+    if open_msg is not None:
+        yield from close_message()
+    final = resp.object("completed", items, answer.stats, answer.warnings)
     yield event("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)
