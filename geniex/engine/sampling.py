@@ -5,10 +5,10 @@ sample each verify row exactly as plain decoding samples each step: same logits,
 penalty history, same position in the random stream. That is what makes seeded
 speculative output identical to plain seeded output.
 
-Order (as llama.cpp's default chain): logit bias, penalties, DRY, top-k, typical, top-p,
-min-p, XTC, temperature, draw.
-``temperature <= 0`` is greedy (argmax after penalties) and draws nothing (XTC, when on,
-still draws its chance).
+Order (as llama.cpp's default chain): logit bias, penalties, DRY, top-n-sigma, top-k,
+typical, top-p, min-p, XTC, temperature (dynamic with ``dynatemp_range``), draw.
+``temperature <= 0`` without a dynamic range is greedy (argmax after penalties) and draws
+nothing (XTC, when on, still draws its chance).
 ``mirostat`` 1 or 2 replaces the chain after the logit bias, as llama.cpp's does:
 temperature, then Mirostat's own truncation and draw.
 
@@ -52,10 +52,15 @@ class SamplingParams:
     dry_penalty_last_n: int = -1  # tokens DRY looks back over; -1 = the context (the caller sets it)
     dry_sequence_breakers: tuple = ("\n", ":", "\"", "*")   # single characters (llama.cpp's defaults)
     dry_breakers: frozenset = frozenset()   # the token ids whose text holds one (the engine sets them)
+    top_n_sigma: float = -1.0   # keep the logits within n standard deviations of the top one; <= 0 = off
+    dynatemp_range: float = 0.0     # dynamic temperature: temperature +- this, by the candidates' entropy
+    dynatemp_exponent: float = 1.0  # ... the normalised entropy raised to this
 
     @property
     def greedy(self):
-        return self.temperature <= 0
+        # A dynamic range samples even around temperature 0 (from 0 to the range), as
+        # llama.cpp's temp_ext does.
+        return self.temperature <= 0 and self.dynatemp_range <= 0
 
     @property
     def dry(self):
@@ -130,6 +135,8 @@ class Sampler:
             x = self._dry.apply(np.array(x, dtype=np.float32))
         if p.greedy and not p.xtc:
             return int(np.argmax(x))
+        if p.top_n_sigma > 0:
+            x = top_n_sigma(x, p.top_n_sigma)
         # Candidate set: top-k (or all), sorted by logit only when top-p needs the order.
         if 0 < p.top_k < self.n_vocab:
             idx = np.argpartition(x, -p.top_k)[-p.top_k:]
@@ -155,7 +162,13 @@ class Sampler:
         if p.greedy:
             j = int(np.argmax(cand))
             return int(idx[j]) if idx is not None else j
-        z = (cand - cand.max()) / p.temperature
+        z = cand - cand.max()
+        t = dynamic_temperature(z, p) if p.dynatemp_range > 0 else p.temperature
+        if t <= 0:              # a dynamic temperature of 0: the top candidate (no draw to divide by)
+            self.rng.random()   # the answer's one draw per token is still taken
+            j = int(np.argmax(cand))
+            return int(idx[j]) if idx is not None else j
+        z = z / t
         w = np.exp(z, dtype=np.float64)
         cdf = np.cumsum(w)
         r = self.rng.random() * cdf[-1]          # the one draw for this token
@@ -225,6 +238,33 @@ def xtc(cand, idx, probability, threshold, rng):
         return cand, idx
     order = order[last:]
     return cand[order], (order if idx is None else idx[order])
+
+
+def top_n_sigma(x, n):
+    """llama.cpp's ``top_n_sigma`` stage: logits below the top one minus ``n`` standard
+    deviations (both over the finite logits) become -inf; they stay candidates with no
+    weight, as in llama.cpp's array."""
+    finite = x[np.isfinite(x)]
+    if finite.size <= 1:
+        return x
+    cut = float(finite.max()) - n * float(finite.std(dtype=np.float64))
+    return np.where(x < cut, np.float32(-np.inf), x).astype(np.float32, copy=False)
+
+
+def dynamic_temperature(z, p):
+    """llama.cpp's ``temp_ext`` (dynamic temperature): from ``max(0, t - range)`` at zero
+    entropy to ``t + range`` at the candidates' maximum entropy (log of their count),
+    along the normalised entropy raised to ``dynatemp_exponent``. ``z`` are the
+    candidates' logits less their maximum; one candidate keeps ``t``."""
+    n = len(z)
+    if n <= 1:
+        return p.temperature
+    w = np.exp(z.astype(np.float64))
+    probs = w / w.sum()
+    nz = probs[probs > 0]
+    entropy = float(-(nz * np.log(nz)).sum())
+    low, high = max(0.0, p.temperature - p.dynatemp_range), p.temperature + p.dynatemp_range
+    return low + (high - low) * (entropy / np.log(n)) ** p.dynatemp_exponent
 
 
 def typical(cand, idx, p):

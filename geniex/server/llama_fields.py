@@ -17,21 +17,19 @@ MAX_N_PROBS = 100          # llama.cpp's n_probs (unbounded there; each is a JSO
 
 # Our sampler chain, in the order it runs (geniex.engine.sampling); each name is a
 # sampler of llama.cpp's ``samplers`` list, and the fields that switch it off.
-CHAIN = ("penalties", "dry", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+CHAIN = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 _OFF = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-        "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0},
+        "top_n_sigma": {"top_n_sigma": -1.0}, "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0},
         "xtc": {"xtc_probability": 0.0}, "dry": {"dry_multiplier": 0.0}}
 _ALIASES = {"typical_p": "typ_p"}
 # llama.cpp's samplers that are no-ops at the neutral values we require below.
-NEUTRAL_SAMPLERS = frozenset(("top_n_sigma", "infill", "adaptive_p"))
+NEUTRAL_SAMPLERS = frozenset(("infill", "adaptive_p"))
 # One-letter forms of a ``samplers`` string (common_sampler_types_from_chars).
 _CHARS = {"e": "penalties", "d": "dry", "s": "top_n_sigma", "k": "top_k", "y": "typ_p", "p": "top_p",
           "m": "min_p", "x": "xtc", "t": "temperature", "i": "infill", "a": "adaptive_p"}
 
 # field -> test of a value that changes nothing (the field is then accepted).
 NEUTRAL = {
-    "top_n_sigma": lambda v: v <= 0,
-    "dynatemp_range": lambda v: v <= 0,
     "min_keep": lambda v: v <= 1, "n_cmpl": lambda v: v == 1,
     "t_max_prompt_ms": lambda v: v <= 0, "t_max_predict_ms": lambda v: v <= 0,
     "n_indent": lambda v: v <= 0, "adaptive_target": lambda v: v < 0,
@@ -49,8 +47,7 @@ WHY = {
     "grammar_triggers": "lazy grammars (a grammar that starts at a trigger) are not supported; send tools with "
                         "tool_choice required or a named tool to constrain tool calls",
 }
-# Settings that take effect only with a field above (dynatemp_exponent, adaptive_decay)
-# are accepted with any value: at that field's neutral value they change nothing.
+# Settings that take effect only with a field above (adaptive_decay) are accepted with any value: at that field's neutral value they change nothing.
 
 
 def check_unsupported(body):
@@ -156,6 +153,12 @@ def sampling_fields(body):
         out["xtc_probability"] = _number(body, "xtc_probability", 0, 1)
     if body.get("xtc_threshold") is not None:
         out["xtc_threshold"] = _number(body, "xtc_threshold", 0, 1)
+    if body.get("top_n_sigma") is not None:
+        out["top_n_sigma"] = _number(body, "top_n_sigma", -1e9, 1e9)    # <= 0 = off, as in llama.cpp
+    if body.get("dynatemp_range") is not None:
+        out["dynatemp_range"] = max(0.0, _number(body, "dynatemp_range", -1e9, 100))   # <= 0 = off
+    if body.get("dynatemp_exponent") is not None:
+        out["dynatemp_exponent"] = _number(body, "dynatemp_exponent", 0, 100)
     if body.get("mirostat") is not None:
         if body["mirostat"] not in (0, 1, 2) or isinstance(body["mirostat"], bool):
             raise ApiError(400, f"mirostat: expected 0 (off), 1 or 2, got {body['mirostat']!r}", param="mirostat",

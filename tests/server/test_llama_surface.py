@@ -379,7 +379,8 @@ def test_default_model_answers_without_a_name_or_with_a_hard_coded_one(server):
 @pytest.mark.parametrize("field, value", [
     ("post_sampling_probs", True), ("n_probs", 101), ("mirostat", 3), ("xtc_probability", 1.5),
     ("mirostat_tau", -1), ("dry_sequence_breakers", ["\n", "###"]), ("dry_allowed_length", -1),
-    ("top_n_sigma", 1.0), ("dynatemp_range", 0.5), ("grammar", "root ::= nothing"), ("json_schema", {"type": "objectx"}),
+    ("top_n_sigma", "1"), ("dynatemp_exponent", -1), ("grammar", "root ::= nothing"),
+    ("json_schema", {"type": "objectx"}),
     ("t_max_predict_ms", 100), ("n_predict", 0), ("id_slot", 3), ("samplers", ["top_p", "top_k"]),
     ("samplers", ["mystery"]), ("n_cmpl", 2), ("grammar_lazy", True),
     ("grammar_triggers", [{"type": 0, "value": "<tool_call>"}]),
@@ -625,11 +626,13 @@ SAMPLERS = {
     "xtc-greedy": {"xtc_probability": 1.0, "xtc_threshold": 0.05, "temperature": 0.0},
     "dry": {"dry_multiplier": 0.8},
     "dry-greedy": {"dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 1, "temperature": 0.0},
+    "top-n-sigma": {"top_n_sigma": 0.5, "temperature": 1.5},
+    "dynatemp": {"dynatemp_range": 0.6, "dynatemp_exponent": 0.5},
 }
 
 
 @resident("demo ngram-mod")
-def test_mirostat_xtc_and_dry_sample_the_same_with_speculation(server):
+def test_every_sampler_samples_the_same_with_speculation(server):
     """Every sampler's plain answer first, then every one with each drafting method: two
     model loads, not two per sampler (a plain /completion takes any resident setup)."""
     bases = {name: {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
@@ -638,7 +641,7 @@ def test_mirostat_xtc_and_dry_sample_the_same_with_speculation(server):
     for name, fields in SAMPLERS.items():
         for field, value in fields.items():
             assert plain[name]["generation_settings"][field] == value, name
-        for switch in ("xtc_probability", "dry_multiplier"):
+        for switch in ("xtc_probability", "dry_multiplier", "top_n_sigma", "dynatemp_range"):
             if switch in fields:                         # it did run: without it the answer differs
                 off = ok(server.post("/completion", {**bases[name], switch: 0.0}))
                 assert off["tokens"] != plain[name]["tokens"], name
