@@ -18,6 +18,9 @@ a busy machine as on a quiet one. Printed per workload:
   so far) drafted, in the cheapest steps the curve allows, nothing else drafted; between
   them, the **perfect policy**: the same drafter, each draft verified exactly as far as
   it is right (where that pays), i.e. the draft policy if it knew where each copy ends;
+  and **without tails**: the same steps without their rejected rows (what cutting every
+  draft at its first wrong token, and nothing else, would give: the most a better cut of
+  the same drafts can win);
 - the speculative answer's **cost split**: steps that verified no draft (one row each),
   the accepted part of drafted steps (what the step would have cost with only its right
   drafts), and **rejected tails** (the rows after the first wrong draft token);
@@ -157,14 +160,16 @@ def replay(args):
         spent = t.plain_cost + t.kept_cost + t.tail_cost
         geo.setdefault(w.kind, []).append(t.plain / spent)
         rows_out.append([
-            w.name, w.kind, t.tokens, f2(t.plain / spent), f2(perfect[w.name]), f2(t.plain / t.ceiling),
+            w.name, w.kind, t.tokens, f2(t.plain / spent), f2(t.plain / (t.plain_cost + t.kept_cost)),
+            f2(perfect[w.name]), f2(t.plain / t.ceiling),
             f"{t.plain_steps}", f"{t.draft_steps}", f2(t.draft_rows / t.draft_steps) if t.draft_steps else "-",
             f"{t.plain_cost:.0f}", f"{t.kept_cost:.1f}", f"{t.tail_cost:.1f} ({t.tail_rows})",
             t.copyable, t.misses, t.short, t.wrong, t.blind])
     print("# verify cost (one-row decodes) by rows: " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items())))
     print(f"# {method} (policy {args.policy}), {args.rounds} rounds{' (quick)' if args.quick else ''}; "
           "costs in one-row decodes\n")
-    print(table(["workload", "kind", "tokens", "predicted x plain", "perfect policy x plain", "ceiling x plain",
+    print(table(["workload", "kind", "tokens", "predicted x plain", "without tails x plain", "perfect policy x plain",
+                 "ceiling x plain",
                  "1-row steps",
                  "drafted steps", "rows/drafted step", "cost: 1-row steps", "cost: accepted part",
                  "cost: rejected tails (rows)", "copyable", "missed (no draft)", "short draft",
