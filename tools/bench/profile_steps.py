@@ -30,6 +30,12 @@ a busy machine as on a quiet one. Printed per workload:
   wrong draft token where the copy went on);
 - open work: drafted steps and their rejected tails on text with nothing to copy.
 
+``--against speed.json`` replays a bench run's own requests (its rounds, answer lengths,
+and the verify cost curve ours ngram-mod's policy used in it) and prints, per workload and
+round, the predicted speed-up next to the one that run measured, and the median over
+rounds of each (the bench's figure): which instance a round asked moves a workload's
+ratio far more than the machine does, and where prediction and measurement part.
+
 ``--timed`` instead loads the demo model twice (plain and the method, each keeping its
 KV cache and memory), answers every request with both, alternating which goes first,
 and times each verify step in the loop: the wall-clock ratio per workload and the verify
@@ -92,6 +98,57 @@ class Tally:
 
 
 DEFAULT_MAX_ROWS = 17
+
+
+def against(args):
+    """Per round: predicted (counts on the run's own curve) against a bench run's measured
+    ratio of ours ngram-mod over ours plain (see the module docstring)."""
+    import json
+    from counts import replayed_requests
+    from geniex.engine.loop import GenOptions
+    from geniex.engine.replay import ReplayTarget
+    from geniex.engine.sampling import SamplingParams
+    from geniex.speculative import policy as pol
+    from geniex.speculative.drafters import ngram
+    from geniex.speculative.options import SpecOptions
+    data = json.loads(args.against.read_text())
+    meta, method = data["meta"], f"ours {args.method}"
+    args.rounds, args.quick = meta["rounds"], meta["quick"]
+    seen = meta["policy_verify_cost"][method]
+    args.curve = args.curve or ",".join(f"{r}:{c}" for r, c in seen.items() if int(r) > 1)
+    chosen, curve, plain, reqs = replayed_requests(args)
+    curve = pol.plausible(curve)              # the steps priced as the policy saw them
+    cost = [0.0, 1.0] + [pol._interpolate(curve, r) for r in range(2, 520)]
+    n_vocab, eog = plain.vocab()
+    eog = frozenset(eog)
+    drafter = ngram.make(args.method, SpecOptions(types=(args.method,)))
+    policy = pol.GainPolicy({int(r): float(c) for r, c in seen.items()}, 0.006)
+    speed = {(x["config"], x["workload"], x["round"]): x["n"] / x["decode_s"] for x in data["runs"]
+             if x.get("decode_s")}
+    per, rnd = {}, {}
+    for wl, prompt, sampled, n_tokens, measured in reqs:
+        steps = ReplayTarget(list(prompt) + list(sampled), n_vocab, eog).steps(
+            prompt, GenOptions(max_tokens=n_tokens, sampling=SamplingParams(seed=1)), drafter, None, None, policy)
+        spent = sum(cost[len(st.drafted) + 1] for st in steps)
+        if not measured:
+            continue
+        r = rnd[wl.name] = rnd.get(wl.name, -1) + 1
+        got = (speed.get((method, wl.name, r)), speed.get(("ours plain", wl.name, r)))
+        per.setdefault(wl.name, []).append((len(sampled) / spent, got[0] / got[1] if all(got) else float("nan")))
+    rows, geo = [], {}
+    for w in chosen:
+        if w.name not in per:
+            continue
+        pr = per[w.name]
+        p_med, m_med = statistics.median(p for p, _ in pr), statistics.median(m for _, m in pr)
+        geo.setdefault(w.kind, []).append((p_med, m_med))
+        rows.append([w.name, w.kind] + [f"{p:.2f} / {m:.2f}" for p, m in pr] + [f"{p_med:.2f} / {m_med:.2f}"])
+    print(f"# {method} over ours plain in {args.against} ({meta.get('when', '?')}, geniex {meta.get('geniex', '?')}); "
+          "predicted on the curve " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items())) + " / measured\n")
+    print(table(["workload", "kind"] + [f"round {r}" for r in range(args.rounds)] + ["median (the bench's)"], rows))
+    print("\nGeometric mean of the medians, predicted / measured: " + ", ".join(
+        f"{k} {f2(geo_mean([p for p, _ in v]))} / {f2(geo_mean([m for _, m in v]))}" for k, v in geo.items()))
+    return 0
 
 
 def replay(args):
@@ -288,7 +345,10 @@ def main(argv=None):
     ap.add_argument("--policy-curve", help="the verify cost curve the draft policy sees (default: --curve); the "
                     "steps are priced by --curve either way: what a policy misled by its curve costs")
     ap.add_argument("--timed", action="store_true", help="wall clock on the real model instead (noisy)")
+    ap.add_argument("--against", type=Path, help="a bench run's JSON (speed.json): predicted vs measured per round")
     args = ap.parse_args(argv)
+    if args.against:
+        return against(args)
     return timed(args) if args.timed else replay(args)
 
 
