@@ -118,7 +118,9 @@ def against(args):
     args.curve = args.curve or ",".join(f"{r}:{c}" for r, c in seen.items() if int(r) > 1)
     chosen, curve, plain, reqs = replayed_requests(args)
     curve = pol.plausible(curve)              # the steps priced as the policy saw them
-    cost = [0.0, 1.0] + [pol._interpolate(curve, r) for r in range(2, 520)]
+    # --step-extra: what a drafted step costs beyond the curve, in one-row decodes (the
+    # policy still sizes drafts by the run's curve, as it did in the run).
+    cost = [0.0, 1.0] + [pol._interpolate(curve, r) + args.step_extra for r in range(2, 520)]
     n_vocab, eog = plain.vocab()
     eog = frozenset(eog)
     drafter = ngram.make(args.method, SpecOptions(types=(args.method,)))
@@ -144,7 +146,8 @@ def against(args):
         geo.setdefault(w.kind, []).append((p_med, m_med))
         rows.append([w.name, w.kind] + [f"{p:.2f} / {m:.2f}" for p, m in pr] + [f"{p_med:.2f} / {m_med:.2f}"])
     print(f"# {method} over ours plain in {args.against} ({meta.get('when', '?')}, geniex {meta.get('geniex', '?')}); "
-          "predicted on the curve " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items())) + " / measured\n")
+          "predicted on the curve " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items()))
+          + (f" + {args.step_extra:g} per drafted step" if args.step_extra else "") + " / measured\n")
     print(table(["workload", "kind"] + [f"round {r}" for r in range(args.rounds)] + ["median (the bench's)"], rows))
     print("\nGeometric mean of the medians, predicted / measured: " + ", ".join(
         f"{k} {f2(geo_mean([p for p, _ in v]))} / {f2(geo_mean([m for _, m in v]))}" for k, v in geo.items()))
@@ -346,6 +349,8 @@ def main(argv=None):
                     "steps are priced by --curve either way: what a policy misled by its curve costs")
     ap.add_argument("--timed", action="store_true", help="wall clock on the real model instead (noisy)")
     ap.add_argument("--against", type=Path, help="a bench run's JSON (speed.json): predicted vs measured per round")
+    ap.add_argument("--step-extra", type=float, default=0.0,
+                    help="with --against: one-row decodes a drafted step costs beyond the curve")
     args = ap.parse_args(argv)
     if args.against:
         return against(args)
