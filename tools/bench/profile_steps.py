@@ -34,7 +34,12 @@ a busy machine as on a quiet one. Printed per workload:
 and the verify cost curve ours ngram-mod's policy used in it) and prints, per workload and
 round, the predicted speed-up next to the one that run measured, and the median over
 rounds of each (the bench's figure): which instance a round asked moves a workload's
-ratio far more than the machine does, and where prediction and measurement part.
+ratio far more than the machine does, and where prediction and measurement part. From
+runs that recorded them (``rows_s``, ``one_thread``: the bench since December 2026), also
+what the verify steps cost in the answers by rows against the policy's price, and the
+decodes the thread governor ran on one thread (a run where it moved to one thread priced
+its drafts by that setting's curve, which the JSON does not keep: its prediction is off).
+``--step-extra X`` prices every drafted step X one-row decodes above the curve.
 
 ``--timed`` instead loads the demo model twice (plain and the method, each keeping its
 KV cache and memory), answers every request with both, alternating which goes first,
@@ -104,20 +109,25 @@ def against(args):
     """Per round: predicted (counts on the run's own curve) against a bench run's measured
     ratio of ours ngram-mod over ours plain (see the module docstring)."""
     import json
-    from counts import replayed_requests
     from geniex.engine.loop import GenOptions
     from geniex.engine.replay import ReplayTarget
     from geniex.engine.sampling import SamplingParams
     from geniex.speculative import policy as pol
     from geniex.speculative.drafters import ngram
     from geniex.speculative.options import SpecOptions
+    import dataclasses
+    from counts import PlainAnswers, answered_requests
     data = json.loads(args.against.read_text())
     meta, method = data["meta"], f"ours {args.method}"
-    args.rounds, args.quick = meta["rounds"], meta["quick"]
+    args.rounds, args.quick = meta["rounds"], False
     seen = meta["policy_verify_cost"][method]
-    args.curve = args.curve or ",".join(f"{r}:{c}" for r, c in seen.items() if int(r) > 1)
-    chosen, curve, plain, reqs = replayed_requests(args)
+    curve = _parse_curve(args.curve) if args.curve else {int(r): float(c) for r, c in seen.items()}
     curve = pol.plausible(curve)              # the steps priced as the policy saw them
+    # The run's own workloads and answer lengths (--quick, --tokens).
+    asked = {w["name"]: w["tokens"] for w in data["workloads"]}
+    chosen = [dataclasses.replace(w, tokens=asked[w.name]) for w in workloads.load() if w.name in asked]
+    plain = PlainAnswers(args.cache)
+    reqs = answered_requests(chosen, args, plain)
     # --step-extra: what a drafted step costs beyond the curve, in one-row decodes (the
     # policy still sizes drafts by the run's curve, as it did in the run).
     cost = [0.0, 1.0] + [pol._interpolate(curve, r) + args.step_extra for r in range(2, 520)]
@@ -151,7 +161,45 @@ def against(args):
     print(table(["workload", "kind"] + [f"round {r}" for r in range(args.rounds)] + ["median (the bench's)"], rows))
     print("\nGeometric mean of the medians, predicted / measured: " + ", ".join(
         f"{k} {f2(geo_mean([p for p, _ in v]))} / {f2(geo_mean([m for _, m in v]))}" for k, v in geo.items()))
+    _in_answer_costs(data, method, curve)
     return 0
+
+
+def _in_answer_costs(data, method, curve):
+    """What the run's verify steps cost in its answers, by rows (runs that recorded
+    ``rows_s``), against the curve its policy priced them by; and the decodes its thread
+    governor ran on one thread."""
+    by = {}
+    for x in data["runs"]:
+        for key, (n, secs) in (x.get("rows_s") or {}).items():
+            rec = by.setdefault((x["config"], key), [0, 0.0])
+            rec[0] += n
+            rec[1] += secs
+    one_row = by.get((method, "1"))
+    if not one_row:
+        return
+    unit = one_row[1] / one_row[0]
+    plain = by.get(("ours plain", "1"))
+    rows = []
+    for (cfg, key), (n, secs) in sorted(by.items(), key=lambda kv: (kv[0][0], int(kv[0][1].rstrip("+")), kv[0][1])):
+        if cfg != method:
+            continue
+        r = int(key.rstrip("+"))
+        rows.append([key, n, f"{secs / n * 1000:.2f}", f2(secs / n / unit), f2(curve.get(r) or _interp(curve, r))])
+    print(f"\nIn the answers: {method}'s steps by rows ('1+': a one-row step right after a batch), mean time, "
+          f"in its own one-row steps ({unit * 1000:.2f} ms"
+          + (f"; ours plain's: {plain[1] / plain[0] * 1000:.2f} ms" if plain else "") + "), and the policy's price:\n")
+    print(table(["rows", "steps", "ms", "x one-row step", "policy's curve"], rows))
+    one = {}
+    for x in data["runs"]:
+        if x.get("one_thread"):
+            rec = one.setdefault(x["config"], [0, 0, 0, 0])
+            rec[0] += 1
+            for i, v in enumerate(x["one_thread"]):
+                rec[i + 1] += v
+    if one:
+        print("\nThread governor, decodes on one thread (answers touched, decodes, rows, switches): " + "; ".join(
+            f"{cfg} {a} / {d} / {r} / {s}" for cfg, (a, d, r, s) in sorted(one.items())))
 
 
 def replay(args):
