@@ -247,7 +247,7 @@ def _record(cfg, wl, r, out):
            "drafted": out["drafted"], "accepted": out["accepted"], "stop": out["stop"],
            "text_sha": hashlib.sha1(out["text"].encode()).hexdigest()[:12],
            "_tokens": out["tokens"]}
-    for key in ("steps", "offered", "hist", "draft_s", "verify_s", "detail"):
+    for key in ("steps", "offered", "hist", "draft_s", "verify_s", "detail", "rows_s", "one_thread"):
         if out.get(key):
             rec[key] = out[key]
     return rec

@@ -26,6 +26,20 @@ class Runner:
             raise SystemExit(f"{cfg.name}: speculative setup failed: {self.s.spec_notes}")
         # The verify cost curve the draft policy measured at load (rows -> one-row decodes).
         costs = getattr(self.s.policy, "measured", None)   # as measured: stalls show (bench warns)
+        # Decodes the thread governor ran on one thread (its probes, or a switch under
+        # load), counted per answer: a probe that lands on a long verify batch costs that
+        # answer several one-row decodes.
+        self.one_thread = [0, 0]
+        gov = self.s.ctx.governor
+        if gov is not None:
+            observe = gov.observe
+
+            def counted(rows, seconds):
+                if gov.active == "one":
+                    self.one_thread[0] += 1
+                    self.one_thread[1] += rows
+                observe(rows, seconds)
+            gov.observe = counted
         self.hello = {"model_bytes": self.s.model.size_bytes, "notes": self.s.spec_notes,
                       "threads": [self.s.threads, self.s.threads_batch],
                       "verify_cost": {str(r): c for r, c in costs.items()} if costs else None}
@@ -41,19 +55,33 @@ class Runner:
         from geniex.engine.sampling import SamplingParams
         if self.cfg.fresh:
             self.s.reset(drafts=True)
+        gov = self.s.ctx.governor
+        one_before, switches_before = list(self.one_thread), gov.switches if gov is not None else 0
         gen = self.s.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(seed=1)))
-        steps = []
+        steps, rows_s, prev = [], {}, 1
         for step in gen:
             if self.cfg.detail and (step.drafted or step.extra.get("offered")):
                 # position in the answer, drafted, accepted, offered, grade
                 steps.append([step.n_past - len(tokens) + 1, len(step.drafted), step.accepted,
                               step.extra.get("offered", len(step.drafted)), step.extra.get("grade", 0)])
+            if step.verify_time and step.index > 0:
+                # The answer's own verify cost by rows (the first step, which decodes the
+                # prompt's last token, apart); a one-row step right after a batch ("1+")
+                # builds its graph again.
+                rows = len(step.drafted) + 1
+                rec = rows_s.setdefault("1+" if rows == 1 and prev > 1 else str(rows), [0, 0.0])
+                rec[0] += 1
+                rec[1] += step.verify_time
+                prev = rows
         st = gen.stats
+        one = [a - b for a, b in zip(self.one_thread, one_before)]
+        switches = (gov.switches if gov is not None else 0) - switches_before
         return {"tokens": list(gen.tokens), "text": gen.text, "n": st.decode_tokens, "decode_s": st.decode_time,
                 "steps": st.steps, "drafted": st.drafted, "accepted": st.accepted, "offered": st.offered,
                 "hist": list(st.accept_hist), "draft_s": st.draft_time, "verify_s": st.verify_time,
                 "prompt": st.prompt_tokens, "prompt_reused": st.prompt_reused, "stop": st.stop_reason,
-                "detail": steps}
+                "detail": steps, "rows_s": rows_s,
+                "one_thread": one + [switches] if any(one) or switches else None}
 
     def row_cost(self, ks=(1, 2, 4, 8), reps=2):
         """Seconds of a k-row decode (logits on every row) after a 100-token prefix: the

@@ -18,6 +18,9 @@ a busy machine as on a quiet one. Printed per workload:
   so far) drafted, in the cheapest steps the curve allows, nothing else drafted; between
   them, the **perfect policy**: the same drafter, each draft verified exactly as far as
   it is right (where that pays), i.e. the draft policy if it knew where each copy ends;
+  and **without tails**: the same steps without their rejected rows (what cutting every
+  draft at its first wrong token, and nothing else, would give: the most a better cut of
+  the same drafts can win);
 - the speculative answer's **cost split**: steps that verified no draft (one row each),
   the accepted part of drafted steps (what the step would have cost with only its right
   drafts), and **rejected tails** (the rows after the first wrong draft token);
@@ -26,6 +29,17 @@ a busy machine as on a quiet one. Printed per workload:
   token was copyable too: the draft was cut by the policy or ended), **wrong** drafts (a
   wrong draft token where the copy went on);
 - open work: drafted steps and their rejected tails on text with nothing to copy.
+
+``--against speed.json`` replays a bench run's own requests (its rounds, answer lengths,
+and the verify cost curve ours ngram-mod's policy used in it) and prints, per workload and
+round, the predicted speed-up next to the one that run measured, and the median over
+rounds of each (the bench's figure): which instance a round asked moves a workload's
+ratio far more than the machine does, and where prediction and measurement part. From
+runs that recorded them (``rows_s``, ``one_thread``: the bench since December 2026), also
+what the verify steps cost in the answers by rows against the policy's price, and the
+decodes the thread governor ran on one thread (a run where it moved to one thread priced
+its drafts by that setting's curve, which the JSON does not keep: its prediction is off).
+``--step-extra X`` prices every drafted step X one-row decodes above the curve.
 
 ``--timed`` instead loads the demo model twice (plain and the method, each keeping its
 KV cache and memory), answers every request with both, alternating which goes first,
@@ -89,6 +103,103 @@ class Tally:
 
 
 DEFAULT_MAX_ROWS = 17
+
+
+def against(args):
+    """Per round: predicted (counts on the run's own curve) against a bench run's measured
+    ratio of ours ngram-mod over ours plain (see the module docstring)."""
+    import json
+    from geniex.engine.loop import GenOptions
+    from geniex.engine.replay import ReplayTarget
+    from geniex.engine.sampling import SamplingParams
+    from geniex.speculative import policy as pol
+    from geniex.speculative.drafters import ngram
+    from geniex.speculative.options import SpecOptions
+    import dataclasses
+    from counts import PlainAnswers, answered_requests
+    data = json.loads(args.against.read_text())
+    meta, method = data["meta"], f"ours {args.method}"
+    args.rounds, args.quick = meta["rounds"], False
+    seen = meta["policy_verify_cost"][method]
+    curve = _parse_curve(args.curve) if args.curve else {int(r): float(c) for r, c in seen.items()}
+    curve = pol.plausible(curve)              # the steps priced as the policy saw them
+    # The run's own workloads and answer lengths (--quick, --tokens).
+    asked = {w["name"]: w["tokens"] for w in data["workloads"]}
+    chosen = [dataclasses.replace(w, tokens=asked[w.name]) for w in workloads.load() if w.name in asked]
+    plain = PlainAnswers(args.cache)
+    reqs = answered_requests(chosen, args, plain)
+    # --step-extra: what a drafted step costs beyond the curve, in one-row decodes (the
+    # policy still sizes drafts by the run's curve, as it did in the run).
+    cost = [0.0, 1.0] + [pol._interpolate(curve, r) + args.step_extra for r in range(2, 520)]
+    n_vocab, eog = plain.vocab()
+    eog = frozenset(eog)
+    drafter = ngram.make(args.method, SpecOptions(types=(args.method,)))
+    policy = pol.GainPolicy({int(r): float(c) for r, c in seen.items()}, 0.006)
+    speed = {(x["config"], x["workload"], x["round"]): x["n"] / x["decode_s"] for x in data["runs"]
+             if x.get("decode_s")}
+    per, rnd = {}, {}
+    for wl, prompt, sampled, n_tokens, measured in reqs:
+        steps = ReplayTarget(list(prompt) + list(sampled), n_vocab, eog).steps(
+            prompt, GenOptions(max_tokens=n_tokens, sampling=SamplingParams(seed=1)), drafter, None, None, policy)
+        spent = sum(cost[len(st.drafted) + 1] for st in steps)
+        if not measured:
+            continue
+        r = rnd[wl.name] = rnd.get(wl.name, -1) + 1
+        got = (speed.get((method, wl.name, r)), speed.get(("ours plain", wl.name, r)))
+        per.setdefault(wl.name, []).append((len(sampled) / spent, got[0] / got[1] if all(got) else float("nan")))
+    rows, geo = [], {}
+    for w in chosen:
+        if w.name not in per:
+            continue
+        pr = per[w.name]
+        p_med, m_med = statistics.median(p for p, _ in pr), statistics.median(m for _, m in pr)
+        geo.setdefault(w.kind, []).append((p_med, m_med))
+        rows.append([w.name, w.kind] + [f"{p:.2f} / {m:.2f}" for p, m in pr] + [f"{p_med:.2f} / {m_med:.2f}"])
+    print(f"# {method} over ours plain in {args.against} ({meta.get('when', '?')}, geniex {meta.get('geniex', '?')}); "
+          "predicted on the curve " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items()))
+          + (f" + {args.step_extra:g} per drafted step" if args.step_extra else "") + " / measured\n")
+    print(table(["workload", "kind"] + [f"round {r}" for r in range(args.rounds)] + ["median (the bench's)"], rows))
+    print("\nGeometric mean of the medians, predicted / measured: " + ", ".join(
+        f"{k} {f2(geo_mean([p for p, _ in v]))} / {f2(geo_mean([m for _, m in v]))}" for k, v in geo.items()))
+    _in_answer_costs(data, method, curve)
+    return 0
+
+
+def _in_answer_costs(data, method, curve):
+    """What the run's verify steps cost in its answers, by rows (runs that recorded
+    ``rows_s``), against the curve its policy priced them by; and the decodes its thread
+    governor ran on one thread."""
+    by = {}
+    for x in data["runs"]:
+        for key, (n, secs) in (x.get("rows_s") or {}).items():
+            rec = by.setdefault((x["config"], key), [0, 0.0])
+            rec[0] += n
+            rec[1] += secs
+    one_row = by.get((method, "1"))
+    if not one_row:
+        return
+    unit = one_row[1] / one_row[0]
+    plain = by.get(("ours plain", "1"))
+    rows = []
+    for (cfg, key), (n, secs) in sorted(by.items(), key=lambda kv: (kv[0][0], int(kv[0][1].rstrip("+")), kv[0][1])):
+        if cfg != method:
+            continue
+        r = int(key.rstrip("+"))
+        rows.append([key, n, f"{secs / n * 1000:.2f}", f2(secs / n / unit), f2(curve.get(r) or _interp(curve, r))])
+    print(f"\nIn the answers: {method}'s steps by rows ('1+': a one-row step right after a batch), mean time, "
+          f"in its own one-row steps ({unit * 1000:.2f} ms"
+          + (f"; ours plain's: {plain[1] / plain[0] * 1000:.2f} ms" if plain else "") + "), and the policy's price:\n")
+    print(table(["rows", "steps", "ms", "x one-row step", "policy's curve"], rows))
+    one = {}
+    for x in data["runs"]:
+        if x.get("one_thread"):
+            rec = one.setdefault(x["config"], [0, 0, 0, 0])
+            rec[0] += 1
+            for i, v in enumerate(x["one_thread"]):
+                rec[i + 1] += v
+    if one:
+        print("\nThread governor, decodes on one thread (answers touched, decodes, rows, switches): " + "; ".join(
+            f"{cfg} {a} / {d} / {r} / {s}" for cfg, (a, d, r, s) in sorted(one.items())))
 
 
 def replay(args):
@@ -157,14 +268,16 @@ def replay(args):
         spent = t.plain_cost + t.kept_cost + t.tail_cost
         geo.setdefault(w.kind, []).append(t.plain / spent)
         rows_out.append([
-            w.name, w.kind, t.tokens, f2(t.plain / spent), f2(perfect[w.name]), f2(t.plain / t.ceiling),
+            w.name, w.kind, t.tokens, f2(t.plain / spent), f2(t.plain / (t.plain_cost + t.kept_cost)),
+            f2(perfect[w.name]), f2(t.plain / t.ceiling),
             f"{t.plain_steps}", f"{t.draft_steps}", f2(t.draft_rows / t.draft_steps) if t.draft_steps else "-",
             f"{t.plain_cost:.0f}", f"{t.kept_cost:.1f}", f"{t.tail_cost:.1f} ({t.tail_rows})",
             t.copyable, t.misses, t.short, t.wrong, t.blind])
     print("# verify cost (one-row decodes) by rows: " + ", ".join(f"{r}: {c:.2f}" for r, c in sorted(curve.items())))
     print(f"# {method} (policy {args.policy}), {args.rounds} rounds{' (quick)' if args.quick else ''}; "
           "costs in one-row decodes\n")
-    print(table(["workload", "kind", "tokens", "predicted x plain", "perfect policy x plain", "ceiling x plain",
+    print(table(["workload", "kind", "tokens", "predicted x plain", "without tails x plain", "perfect policy x plain",
+                 "ceiling x plain",
                  "1-row steps",
                  "drafted steps", "rows/drafted step", "cost: 1-row steps", "cost: accepted part",
                  "cost: rejected tails (rows)", "copyable", "missed (no draft)", "short draft",
@@ -283,7 +396,12 @@ def main(argv=None):
     ap.add_argument("--policy-curve", help="the verify cost curve the draft policy sees (default: --curve); the "
                     "steps are priced by --curve either way: what a policy misled by its curve costs")
     ap.add_argument("--timed", action="store_true", help="wall clock on the real model instead (noisy)")
+    ap.add_argument("--against", type=Path, help="a bench run's JSON (speed.json): predicted vs measured per round")
+    ap.add_argument("--step-extra", type=float, default=0.0,
+                    help="with --against: one-row decodes a drafted step costs beyond the curve")
     args = ap.parse_args(argv)
+    if args.against:
+        return against(args)
     return timed(args) if args.timed else replay(args)
 
 
