@@ -182,14 +182,15 @@ class _Cursor:
         load reads, in 55% of the time); a refill or an error goes the long way."""
         unpack_from = _U64.unpack_from
         limit = MAX_STRING if keep else self.size
+        buf, base = self._buf, self._base
         for _ in range(n):
-            buf, off = self._buf, self.pos - self._base
+            off = self.pos - base
             if 0 <= off and off + 8 <= len(buf):
                 length = unpack_from(buf, off)[0]
                 end = off + 8 + length
                 # The window holds file bytes only: a string inside it is inside the file.
                 if length <= limit and end <= len(buf):
-                    self.pos += 8 + length
+                    self.pos = base + end
                     yield buf[off + 8:end] if keep else b""
                     continue
             if keep:
@@ -197,6 +198,7 @@ class _Cursor:
             else:
                 self.skip(self.length(what), what)
                 yield b""
+            buf, base = self._buf, self._base      # the long way may have moved the window
 
 
 def _value(cur, vtype, key, tokens):
