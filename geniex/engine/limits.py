@@ -61,7 +61,10 @@ def _header(path, _mtime_ns, _size):      # the file's version is part of the ca
 
 def header_of(path):
     """The GGUF header of ``path``, read once per version of the file."""
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return read_header(path)         # says in one line what is wrong with the path
     return _header(str(path), st.st_mtime_ns, st.st_size)
 
 

@@ -18,7 +18,6 @@ from geniex.errors import GenieXError
 from geniex.llama import cache_types
 from geniex.llama import devices as devmod
 from geniex.llama import library
-from geniex.llama.gguf_file import read_header
 from geniex.llama.kv import KvHistory
 from geniex.llama.objects import Batch, Context, Model
 from geniex.llama.threads import ThreadGovernor
@@ -100,7 +99,9 @@ class Session:
         bundled NextN layers when draft-mtp has no draft model)."""
         options = self.options
         lib = library.load()
-        header = read_header(path)
+        # Read (and checked) once per version of the file: open_session's context check
+        # has usually just read it (limits.header_of keeps it by path, size and mtime).
+        header = limits.header_of(path)
         chosen, self.device_note = devmod.select(options.compute, devmod.available(lib))
         log.debug(self.device_note)
         self.bundled_nextn = _wants_bundled_nextn(header, options.spec)

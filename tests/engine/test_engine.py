@@ -111,7 +111,7 @@ def test_user_cancel_stops_between_steps(session):
 def test_seeded_sampling_is_reproducible(session):
     def sample(seed):
         session.reset()
-        opts = GenOptions(max_tokens=40, sampling=SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=seed))
+        opts = GenOptions(max_tokens=16, sampling=SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=seed))
         gen = session.generate(session.vocab.tokenize("Once upon a time"), opts)
         gen.run()
         return gen.tokens

@@ -35,3 +35,17 @@ def test_the_python_api_cuts_a_default_context_to_what_the_model_was_trained_for
         assert session.ctx.n_ctx == trained
     finally:
         session.close()
+
+
+def test_a_load_parses_the_models_header_once(demo_model, monkeypatch):
+    """open_session's context check and the Session's model load share one parse of the
+    GGUF header (limits.header_of, kept per version of the file): every CLI start and
+    server load used to walk the demo model's 98k vocabulary and merge strings twice."""
+    from geniex.llama import gguf_file
+    parsed = []
+    real = gguf_file._read_one
+    monkeypatch.setattr(gguf_file, "_read_one", lambda path: parsed.append(path) or real(path))
+    limits._header.cache_clear()
+    for _ in range(2):
+        gx.load(str(demo_model), nctx=256).close()
+    assert parsed == [demo_model]

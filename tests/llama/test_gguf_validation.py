@@ -354,6 +354,29 @@ def test_vocabularies_llama_cpp_asserts_on(tmp_path, kvs, words):
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("window", [16, 45, 1 << 20])
+def test_string_arrays_read_the_same_through_any_window(tmp_path, monkeypatch, window):
+    """A vocabulary's strings are sliced from the reader's window without a call each,
+    and go the long way at the window's edge (_Cursor.strings): through windows that cut
+    strings anywhere, the header reads the same, a repeated token is found wherever it
+    falls, and a long array (the merges) is skipped to its length."""
+    tokens = TOKENS + [f"tok{i}" for i in range(300)]
+    kvs = {"tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
+           "tokenizer.ggml.merges": ([f"tok{i} tok{i + 1}" for i in range(299)], V.ARRAY, V.STRING),
+           "general.tags": (["a", "bc", "def"], V.ARRAY, V.STRING)}
+    path = write(tmp_path / "long.gguf", kvs)
+    whole = read_header(path, check_model=False).metadata
+    monkeypatch.setattr(gguf_file._Cursor, "WINDOW", window)
+    meta = read_header(path, check_model=False).metadata
+    assert meta == whole
+    assert (meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.merges"]) == (308, 299)
+    assert meta["general.tags"] == ["a", "bc", "def"] and meta["general.architecture"] == ARCH
+    tokens[250] = "tok7"
+    refused(write(tmp_path / "dup.gguf", {"tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING)}),
+            "token 250", "repeats an earlier token's text 'tok7'")
+
+
+@pytest.mark.fast
 def test_an_out_of_range_padding_id_is_left_to_llama_cpp(tmp_path):
     # llama.cpp disables such an id with a warning (llama-vocab.cpp): the file loads.
     path = write(tmp_path / "p.gguf", {"tokenizer.ggml.padding_token_id": (2**32 - 1, V.UINT32)})

@@ -292,13 +292,16 @@ def test_store_cli_and_server_work_without_fcntl(tmp_path, calibration_cache):
     # Tests whose CLI and server subprocesses inherit PYTHONPATH (the conftest ``cli``
     # fixture, tests/support/serverproc.py), so the shim applies to those processes too.
     # (tests/store/test_store_cli.py sets its own PYTHONPATH for its subprocesses: not here.)
+    # Every test here takes a lock or starts the CLI: the store's pulls, removes and cleans
+    # in process, the lock across processes, the CLI's pull/remove/clean, one --version
+    # (the CLI's start; the four places --version can stand parse the same with or without
+    # fcntl), and the server answering.
     proc = _run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-W", "error::UserWarning",
-                 "tests/store/test_store_store.py", "tests/store/test_store_names.py",
+                 "tests/store/test_store_store.py",
                  "tests/platform/test_platforms.py::test_locks_shared_and_exclusive_across_processes",
                  "tests/platform/test_platforms.py::test_pull_local_checks_the_precision_against_the_gguf",
                  "tests/platform/test_platforms.py::test_hub_repull_without_precision_says_already_present",
                  "tests/platform/test_platforms.py::test_remove_says_why_when_a_file_cannot_be_deleted",
-                 "tests/platform/test_platforms.py::test_version_anywhere_on_the_line_reports_the_library",
                  "tests/cli/test_infer_cli.py::test_version_names_the_library",
                  "tests/server/test_server.py::test_health", "tests/server/test_server.py::test_chat_non_streamed",
                  "tests/server/test_server.py::test_models_lists_one_id_per_precision_owned_by_org"],

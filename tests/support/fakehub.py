@@ -30,7 +30,6 @@ import re
 import socket
 import tempfile
 import threading
-import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -83,6 +82,7 @@ class FakeHub:
         self.tokens = {}  # repo_id -> the token it needs
         self.cuts = {}  # (repo_id, path) -> cuts still to make
         self.bad_sha = set()  # (repo_id, path)
+        self._throttle_changed = threading.Condition()
         self.throttle = 0.0
         self.page_size = page_size
         self.links = {}        # repo_id -> Link URL sent with every listing page
@@ -94,6 +94,25 @@ class FakeHub:
         self._cdn = {}  # sha256 -> (repo_id, path)
         self._lock = threading.Lock()
         self._server = None
+
+    @property
+    def throttle(self):
+        """Seconds the CDN pauses after each 4 kB block (0: none)."""
+        return self._throttle
+
+    @throttle.setter
+    def throttle(self, seconds):
+        # A pause under way ends when the throttle changes: a test that lowers it to let
+        # a crawling download finish does not wait out the block it is pausing after.
+        with self._throttle_changed:
+            self._throttle = seconds
+            self._throttle_changed.notify_all()
+
+    def _pause(self):
+        """The CDN's pause after a block: ``throttle`` seconds, or until it changes."""
+        with self._throttle_changed:
+            if self._throttle:
+                self._throttle_changed.wait(self._throttle)
 
     # -- setup ----------------------------------------------------------------------
 
@@ -275,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body[i:min(i + BLOCK, limit)])
                 if self.hub.throttle:
                     self.wfile.flush()
-                    time.sleep(self.hub.throttle)
+                    self.hub._pause()
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
