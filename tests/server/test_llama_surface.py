@@ -567,7 +567,7 @@ def test_typical_keeps_the_tokens_nearest_the_entropy():
 
 @resident("demo ngram-mod")
 def test_typical_p_samples_the_same_with_speculation(server):
-    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
+    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": ANSWER, "temperature": 0.8, "seed": 11,
             "typical_p": 0.5, "return_tokens": True}
     plain = ok(server.post("/completion", base))
     spec = ok(server.post("/completion", {**base, **SPEC}))
