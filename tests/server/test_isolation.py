@@ -110,18 +110,22 @@ def test_a_model_that_aborts_llamacpp_is_a_load_error_and_the_server_stays_up(tm
 
 # -- fair use: the time budget and the queue -------------------------------------------------
 def test_an_answer_over_its_time_budget_ends_with_finish_reason_length(server, monkeypatch):
-    # The shared server, its budget set to 3 s after a warm-up with the same prompt (as
-    # --request-timeout 3 would set it): the load and the prompt's decode stay outside the
-    # budget even on a loaded machine (the answers reuse the prompt's cache), and 3 s is
-    # far below the 2,000 tokens' time, so the answers must end on the budget.
-    assert server.chat({**LONG, "max_completion_tokens": 1}).status_code == 200
-    monkeypatch.setattr(server.app.extensions["geniex.answerer"], "request_timeout", 3.0)
-    r = server.chat({**LONG, "ignore_eos": True})
+    # The shared server, its budget set to 1.5 s after a warm-up with the same prompt (as
+    # --request-timeout 1.5 would set it). The budget runs from the answer's start in the
+    # worker, so the load and the queue's wait stay outside it, and the answers keep and
+    # reuse the prompt's cache (GenieX-KeepCache), so the prompt's decode does too: only
+    # the answer's tokens count, and 1.5 s is far below the 2,000 tokens' time, so the
+    # answers must end on the budget. (Each answer runs the whole budget.)
+    keep = {"GenieX-KeepCache": "true"}
+    assert server.chat({**LONG, "max_completion_tokens": 1}, headers=keep).status_code == 200
+    monkeypatch.setattr(server.app.extensions["geniex.answerer"], "request_timeout", 1.5)
+    r = server.chat({**LONG, "ignore_eos": True}, headers=keep)
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["choices"][0]["finish_reason"] == "length"
     assert 0 < out["usage"]["completion_tokens"] < 2000
-    events = server.stream("/v1/chat/completions", {**LONG, "ignore_eos": True})
+    assert out["usage"]["prompt_tokens_details"]["cached_tokens"] > 0      # the prompt was not in the budget
+    events = server.stream("/v1/chat/completions", {**LONG, "ignore_eos": True}, headers=keep)
     assert events[-1]["choices"][0]["finish_reason"] == "length"
 
 

@@ -108,25 +108,32 @@ def test_v1_completions_honours_n_predict_and_token_prompts(server):
 
 
 # -- speculation on every decoding route: same tokens, acceptance reported -------------------
+# Tokens per answer in the identity checks: the repeat prompt is drafted from its first
+# tokens on (the n-gram finds it in the prompt), so 16 tokens hold several accepted drafts
+# and still take fewer steps than plain decoding; each further token is one more decode in
+# every one of the checks' ~60 answers.
+ANSWER = 16
+
+
 def _decode(server, route, spec):
     """(text, timings) of one greedy answer of the repeat prompt on ``route``."""
     if route == "/completion":
-        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, **spec}))
+        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": ANSWER, **spec}))
         return body["content"], body["timings"]
     if route == "/v1/completions":
-        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "max_tokens": 24, **spec}))
+        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "max_tokens": ANSWER, **spec}))
         return body["choices"][0]["text"], body["timings"]
     if route == "/chat/completions":
-        body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": 24, **spec}))
+        body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": ANSWER, **spec}))
         return body["choices"][0]["message"]["content"], body["timings"]
     if route == "/infill":
         body = ok(server.post(route, {"model": VARIANT, "input_prefix": REPEAT, "input_suffix": "",
-                                      "prompt": REPEAT[16:40], "n_predict": 24, **spec}))
+                                      "prompt": REPEAT[16:40], "n_predict": ANSWER, **spec}))
         return body["content"], body["timings"]
     if route == "/v1/responses":
-        body = ok(server.post(route, {"input": REPEAT, "max_output_tokens": 24, **spec}))
+        body = ok(server.post(route, {"input": REPEAT, "max_output_tokens": ANSWER, **spec}))
         return body["output"][0]["content"][0]["text"], body["timings"]
-    body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": 24, **spec}))
+    body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": ANSWER, **spec}))
     return body["content"][0]["text"], body["timings"]
 
 
@@ -555,7 +562,7 @@ def test_typical_keeps_the_tokens_nearest_the_entropy():
 
 @resident("demo ngram-mod")
 def test_typical_p_samples_the_same_with_speculation(server):
-    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
+    base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": ANSWER, "temperature": 0.8, "seed": 11,
             "typical_p": 0.5, "return_tokens": True}
     plain = ok(server.post("/completion", base))
     spec = ok(server.post("/completion", {**base, **SPEC}))
@@ -635,7 +642,7 @@ SAMPLERS = {
 def test_every_sampler_samples_the_same_with_speculation(server):
     """Every sampler's plain answer first, then every one with each drafting method: two
     model loads, not two per sampler (a plain /completion takes any resident setup)."""
-    bases = {name: {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": 24, "temperature": 0.8, "seed": 11,
+    bases = {name: {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": ANSWER, "temperature": 0.8, "seed": 11,
                     "return_tokens": True, **fields} for name, fields in SAMPLERS.items()}
     plain = {name: ok(server.post("/completion", body)) for name, body in bases.items()}
     for name, fields in SAMPLERS.items():

@@ -2,6 +2,7 @@
 the KV cache between requests, client disconnects (in process, ``create_app()``) and
 shutdown by signal (``geniex serve``)."""
 import concurrent.futures as futures
+import io
 import json
 import os
 import re
@@ -10,7 +11,9 @@ import signal
 import pytest
 import requests
 
+import tiny_gemma4
 from awaiting import queued, until
+from geniex.store import Store
 from serverproc import DEMO, AppServer, Server, chat_body
 
 # A chat turn the demo model answers at length (it never ends before max tokens).
@@ -18,9 +21,17 @@ LONG = {"model": DEMO, "messages": [{"role": "user", "content": "Tell me a very 
         "max_completion_tokens": 2000}
 
 
+# Any model shows which fields key the resident model: the cache-key test reloads a tiny
+# generated one (eight loads of a 0.4 MB model instead of the demo model's 100 MB).
+TINY = "test/tiny-gemma4:F32"
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with AppServer(tmp_path_factory.mktemp("cache-data"), nctx=2048) as s:
+    data = tmp_path_factory.mktemp("cache-data")
+    tiny = tiny_gemma4.write_target(tmp_path_factory.mktemp("tiny-key") / "tiny-gemma4.gguf", context_length=4096)
+    Store(data).pull(TINY, local_path=tiny, out=io.StringIO(), interactive=False)
+    with AppServer(data, nctx=2048) as s:
         yield s
 
 
@@ -34,19 +45,20 @@ def started_stream(server, body):
 
 
 def test_cache_key_is_model_load_and_spec_fields(server):
-    warm = {"model": DEMO, "messages": []}
+    warm = {"model": TINY, "messages": []}
     assert server.chat(warm).json() is None
     loads = server.health()["loads"]
     # Same key: no reload, whatever the sampling or other fields.
     server.chat({**warm, "temperature": 0.7, "nctx": 2048})
-    server.chat(chat_body(max_tokens=2))
+    server.chat(chat_body(model=TINY, max_tokens=2))
     # Devices compare as resolved: "cpu" is what an unset compute chooses here.
     server.chat({**warm, "compute": "cpu"})
     server.chat({**warm, "compute": "CPU", "cache_type_k": "q8_0"})
     assert server.health()["loads"] == loads
     pid = server.health()["worker_pid"]
-    greedy = chat_body("Name three colours.", max_tokens=12, temperature=0)
+    greedy = chat_body("Name three colours.", model=TINY, max_tokens=12, temperature=0)
     before = server.chat(greedy).json()["choices"][0]["message"]["content"]
+    assert before                                        # an answer to compare after the reloads
     # Each of these is a different key: one reload each, in place, in the same worker
     # process (docs/isolation.md), with the old model freed first.
     for change in ({"nctx": 1024}, {"ngl": 0}, {"cache_type_k": "f16"}, {"spec_type": "ngram-mod"},
@@ -65,7 +77,7 @@ def test_cache_key_is_model_load_and_spec_fields(server):
     assert server.health()["loads"] == loads
     # Completions never draft: they reuse the resident model whatever its spec setup.
     assert server.health()["speculative"]
-    server.post("/v1/completions", {"model": DEMO, "prompt": "Hi", "max_tokens": 1})
+    server.post("/v1/completions", {"model": TINY, "prompt": "Hi", "max_tokens": 1})
     assert server.health()["loads"] == loads
     # A model reloaded in place (the worker's seventh) answers as in a new process.
     assert server.chat(greedy).json()["choices"][0]["message"]["content"] == before

@@ -267,19 +267,23 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.mark.parametrize("family", BY_FAMILY)
 def test_required_and_named_choices_are_enforced(server, family):
+    """``required`` answered whole, the named choice streamed: each choice is enforced by
+    the family's grammar in the worker, the same for either delivery (a stream's calls
+    are put back together by the same parser as a whole answer's, which
+    test_each_family_s_calls_are_parsed_from_the_answer checks per family), so one
+    answer per choice checks both choices and both deliveries."""
     base = {"model": name(family), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
             "parallel_tool_calls": False}
-    for choice, names in (("required", {"get_weather", "get_time"}),
-                          ({"type": "function", "function": {"name": "get_time"}}, {"get_time"})):
-        answer = ok(server.chat({**base, "tool_choice": choice}))["choices"][0]
-        assert answer["finish_reason"] == "tool_calls", answer
-        calls = answer["message"]["tool_calls"]
-        assert len(calls) == 1 and calls[0]["function"]["name"] in names
-        args = json.loads(calls[0]["function"]["arguments"])
-        key = "city" if calls[0]["function"]["name"] == "get_weather" else "zone"
-        assert set(args) == {key} and isinstance(args[key], str)     # the tool's schema, nothing else
-        s_content, _, s_calls, s_finish = streamed(server.stream("/v1/chat/completions", {**base, "tool_choice": choice}))
-        assert s_calls == calls_of(answer["message"]) and s_finish == "tool_calls"
+    answer = ok(server.chat({**base, "tool_choice": "required"}))["choices"][0]
+    assert answer["finish_reason"] == "tool_calls", answer
+    required = calls_of(answer["message"])
+    named = {"type": "function", "function": {"name": "get_time"}}
+    _, _, forced, s_finish = streamed(server.stream("/v1/chat/completions", {**base, "tool_choice": named}))
+    assert s_finish == "tool_calls"
+    for calls, names in ((required, {"get_weather", "get_time"}), (forced, {"get_time"})):
+        assert len(calls) == 1 and calls[0][0] in names, calls
+        key = "city" if calls[0][0] == "get_weather" else "zone"
+        assert set(calls[0][1]) == {key} and isinstance(calls[0][1][key], str)     # the tool's schema, nothing else
 
 
 @resident("qwen3 ngram-mod")
