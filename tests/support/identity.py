@@ -98,12 +98,13 @@ class Bench:
         return self.references[key]
 
     @contextlib.contextmanager
-    def drafting(self, method):
+    def drafting(self, method, spec=None):
         """Within the block, ``spec`` drafts with ``method``: its own drafter and policy
-        for ``own_name``, otherwise a drafter built from ``options(method)`` (once, kept
-        for the bench's life: its memory lasts across answers, as in a session)."""
+        for ``own_name``, otherwise a drafter built from ``options(method)`` (or from
+        ``spec``, SpecOptions, for a variant of a method under a name of its own): once,
+        kept for the bench's life (its memory lasts across answers, as in a session)."""
         if method != self.own_name and method not in self.drafters:
-            spec = self.options(method)
+            spec = spec or self.options(method)
             drafter, notes = build.build(self.spec.target, spec, self.spec.n_rs_seq, self.spec.bundled_nextn)
             assert drafter is not None, notes
             self.drafters[method] = (drafter, FixedPolicy() if spec.policy == "fixed" else self.own[1])
