@@ -35,9 +35,12 @@ QUIET_CURVE = {1: 1.0, 2: 2.0, 4: 2.8, 8: 4.1, 16: 7.2}
 # ngram-mod as `geniex infer --spec-type ngram-mod` builds it: the auto draft policy sizing
 # drafts by each token's probability, memory kept across answers.
 AT_DEFAULTS = "ngram-mod at its defaults"
-# Answers start this many tokens before position 512 and 1,024, and free-text answers
-# are twice as long: they cross it inside their verify batches.
-MARGIN = 16
+# Answers start BEFORE tokens before position 512 and 1,024 and run PAST tokens past it:
+# the first verify batches straddle the boundary, and the PAST tokens beyond it are where
+# a one-row decode's numerics could part from a verify row's (split-KV at 512 cells with
+# an F16 cache). Tokens before the boundary only cost time.
+BEFORE, PAST = 4, 16
+ANSWER = BEFORE + PAST
 
 
 def inventory_line(i):
