@@ -4,8 +4,8 @@ ggml's CPU flash attention splits a one-row decode's keys per thread once the KV
 reaches 512 cells when K/V are F16 (docs/speculative.md, "Identical output"); that is
 where every-core decoding used to stop being bitwise equal to verify rows. These tests
 run every drafting method at the shipped defaults (every physical core for one-row
-decodes and batches, q8_0 KV cache) with answers that start 4 tokens before position
-512 and before 1,024 and run 16 tokens past it, greedy and seeded, and require the plain
+decodes and batches, q8_0 KV cache) with answers that start before position 512 and
+1,024 and run 16 tokens past it (identity.LAYOUT), greedy and seeded, and require the plain
 answer token for token.
 
 The sessions are the identity bench (tests/support/identity.py, tests/speculative/
@@ -18,19 +18,19 @@ prefilled again. Each answer's first token is still decoded by a verify step.
 """
 import pytest
 
-from identity import ANSWER, AT_DEFAULTS, METHODS, SAMPLINGS, THREADS, first_difference, gen_options
+from identity import AT_DEFAULTS, LAYOUT, METHODS, SAMPLINGS, THREADS, first_difference, gen_options
 from geniex.engine.session import LoadOptions, Session
 from geniex.speculative.options import SpecOptions
 
 
 def check_method(bench, prompts, pname, method):
     """``method``'s answers to ``pname``, greedy and seeded, are the plain ones; each drafted."""
-    tokens = prompts[pname]
+    tokens, answer = prompts[pname], LAYOUT[pname][1]
     boundary = int(pname.split("-")[1])
     for sname in SAMPLINGS:
-        want = bench.reference((pname, sname), tokens, gen_options(ANSWER, sname)).tokens
-        assert len(want) == ANSWER and len(tokens) < boundary < len(tokens) + len(want)
-        gen = bench.answer(method, tokens, gen_options(ANSWER, sname))
+        want = bench.reference((pname, sname), tokens, gen_options(answer, sname)).tokens
+        assert len(want) == answer and len(tokens) < boundary < len(tokens) + len(want)
+        gen = bench.answer(method, tokens, gen_options(answer, sname))
         first = first_difference(gen.tokens, want)
         assert gen.tokens == want, (f"{pname}, {sname}: differs from plain at answer token {first} "
                                     f"(position {len(tokens) + (first or 0)})")
@@ -70,7 +70,7 @@ def q4_0_answers(demo_q4_0, long_prompts):
         tokens = long_prompts["past-1024"]
         want = {}
         for sname in SAMPLINGS:
-            gen = s.generate(tokens, gen_options(ANSWER, sname), speculative=False)
+            gen = s.generate(tokens, gen_options(LAYOUT["past-1024"][1], sname), speculative=False)
             gen.run()
             assert gen.stats.drafted == 0 and len(tokens) + len(gen.tokens) > 1024
             want[sname] = gen.tokens
@@ -86,7 +86,7 @@ def test_q4_0_weights_past_1024(q4_0_answers, long_prompts, sname):
     """The tutorial's weight format (Q4_0, repacked on this CPU) at the defaults: the
     speculative answer is the plain one, past position 1,024."""
     session, want = q4_0_answers
-    gen = session.generate(long_prompts["past-1024"], gen_options(ANSWER, sname))
+    gen = session.generate(long_prompts["past-1024"], gen_options(LAYOUT["past-1024"][1], sname))
     steps = list(gen)
     first = first_difference(gen.tokens, want[sname])
     assert gen.tokens == want[sname], f"{sname}: differs from plain at answer token {first}"

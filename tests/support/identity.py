@@ -35,12 +35,14 @@ QUIET_CURVE = {1: 1.0, 2: 2.0, 4: 2.8, 8: 4.1, 16: 7.2}
 # ngram-mod as `geniex infer --spec-type ngram-mod` builds it: the auto draft policy sizing
 # drafts by each token's probability, memory kept across answers.
 AT_DEFAULTS = "ngram-mod at its defaults"
-# Answers start BEFORE tokens before position 512 and 1,024 and run PAST tokens past it:
-# the first verify batches straddle the boundary, and the PAST tokens beyond it are where
-# a one-row decode's numerics could part from a verify row's (split-KV at 512 cells with
-# an F16 cache). Tokens before the boundary only cost time.
-BEFORE, PAST = 4, 16
-ANSWER = BEFORE + PAST
+# The long prompts, {name: (tokens, answer length)}: answers start before position 512
+# or 1,024 and run 16 tokens past it, where a one-row decode's numerics could part from
+# a verify row's. Breaking that on purpose (an F16 KV cache on 2 threads: split-KV at 512+
+# cells) makes the plain and speculative answers part at position 514 past 512 (from 16
+# tokens before) and at 1,020 past 1,024 (from 4 or 16 before); past 512 from 4 tokens
+# before they did not part (another history before the near-tie). So past-512 answers
+# start 16 before; past-1,024 ones start 4 before (12 answer tokens fewer for each).
+LAYOUT = {"past-1024": (1024 - 4, 4 + 16), "past-512": (512 - 16, 16 + 16)}
 
 
 def inventory_line(i):
