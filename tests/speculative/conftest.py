@@ -4,7 +4,7 @@ for every method, free text and constrained."""
 import pytest
 
 from geniex.speculative.options import SpecOptions
-from identity import AT_DEFAULTS, MARGIN, Bench, fixed, inventory_line, inventory_tokens
+from identity import AT_DEFAULTS, LAYOUT, Bench, fixed, inventory_line, inventory_tokens
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def long_bench(demo_model):
 
 @pytest.fixture(scope="session")
 def long_prompts(long_bench):
-    """The inventory ending :data:`MARGIN` tokens before 512 and before 1,024: the
-    shorter is the start of the longer."""
-    tokens = inventory_tokens(long_bench.plain, 1024 - MARGIN, inventory_line)
-    return {"past-512": tokens[:512 - MARGIN], "past-1024": tokens}
+    """The inventory ending where :data:`identity.LAYOUT` says, before 512 and before
+    1,024: the shorter is the start of the longer."""
+    tokens = inventory_tokens(long_bench.plain, max(n for n, _ in LAYOUT.values()), inventory_line)
+    return {name: tokens[:n] for name, (n, _) in LAYOUT.items()}

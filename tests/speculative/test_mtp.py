@@ -525,32 +525,38 @@ def test_cli_other_model_types_use_mtp_for_an_assistant(tiny, cli, tmp_path, kin
     assert proc.stdout.rstrip("\n") == plain_answers(target, [PROMPT], max_tokens=48)[0]
 
 
-def test_cli_draft_knobs(tiny, cli, tmp_path):
+def test_draft_knobs(tiny, sessions, cli, tmp_path):
     """--draft-tokens, --draft-p-min and --draft-min change what is drafted as
-    documented (seen in the trace); the answer never changes.
+    documented; the answer never changes. The knobs' settings one by one are answered
+    in process (the option table gives every flag its field: test_options.py); one
+    ``geniex infer`` with all three shows the flags reach the drafter (its trace).
 
     The aligned pair's draft probabilities (softmax over the assistant's top 10, as
     upstream) lie between about 0.12 and 0.31, so --draft-p-min 0.9 drafts nothing at
     all; 0.15 is checked as well so that the >= p-min property is not vacuous."""
     target, draft = tiny["aligned"]
-    base = ["infer", target, "-p", PROMPT, "--spec-type", "draft-mtp", "--draft-model", draft,
-            "--max-tokens", "80", "--draft-policy", "fixed"]      # the knobs, not the policy
     expect = plain_answers(target, [PROMPT], max_tokens=80)[0]
     runs = {}
-    for name, extra in {"default": [], "tokens1": ["--draft-tokens", "1"],
-                        "tokens5": ["--draft-tokens", "5"], "pmin0.9": ["--draft-p-min", "0.9"],
-                        "pmin0.15": ["--draft-p-min", "0.15", "--draft-tokens", "5"],
-                        "min3": ["--draft-min", "3", "--draft-p-min", "0.15", "--draft-tokens", "5"],
-                        }.items():
-        trace = tmp_path / f"{name}.jsonl"
-        proc = cli(*base, *extra, "--spec-trace", trace)
-        assert proc.returncode == 0, (name, proc.stderr)
-        assert FALLBACK not in proc.stderr
-        assert proc.stdout.rstrip("\n") == expect, name
-        (steps, summary), = read_trace(trace)
-        n_max = 5 if "5" in extra else 1 if "1" in extra else 3
-        check_trace_answer(steps, summary, n_max)
-        runs[name] = [s for s in steps if s["target"]]
+    for name, knobs in {"default": {}, "tokens1": dict(n_max=1), "tokens5": dict(n_max=5),
+                        "pmin0.9": dict(p_min=0.9), "pmin0.15": dict(p_min=0.15, n_max=5)}.items():
+        # What `geniex infer TARGET -p PROMPT --max-tokens 80 --draft-policy fixed` answers.
+        spec = sessions.get(target, draft, **knobs)
+        spec.reset()
+        gen = Conversation(spec).ask(PROMPT, GenOptions(max_tokens=80, sampling=SamplingParams()))
+        steps = list(gen)
+        assert gen.text == expect, name
+        check_steps(steps, knobs.get("n_max", 3))
+        runs[name] = [{"drafted": s.drafted, "draft_probs": s.draft_probs or []} for s in steps if s.target]
+    trace = tmp_path / "min3.jsonl"
+    proc = cli("infer", target, "-p", PROMPT, "--spec-type", "draft-mtp", "--draft-model", draft,
+               "--max-tokens", "80", "--draft-policy", "fixed",      # the knobs, not the policy
+               "--draft-min", "3", "--draft-p-min", "0.15", "--draft-tokens", "5", "--spec-trace", trace)
+    assert proc.returncode == 0, proc.stderr
+    assert FALLBACK not in proc.stderr
+    assert proc.stdout.rstrip("\n") == expect
+    (steps, summary), = read_trace(trace)
+    check_trace_answer(steps, summary, 5)
+    runs["min3"] = [s for s in steps if s["target"]]
 
     def drafted(name):
         return [s["drafted"] for s in runs[name]]
@@ -572,6 +578,7 @@ def test_cli_draft_knobs(tiny, cli, tmp_path):
     # p-min cuts drafts short; --draft-min 3 drops the ones shorter than 3.
     assert any(0 < len(d) < 3 for d in drafted("pmin0.15"))
     assert any(drafted("min3")) and all(len(d) >= 3 for d in drafted("min3") if d)
+    assert probs("min3") and all(p >= 0.15 for p in probs("min3"))
 
 
 @pytest.fixture(scope="module")

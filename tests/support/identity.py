@@ -35,9 +35,14 @@ QUIET_CURVE = {1: 1.0, 2: 2.0, 4: 2.8, 8: 4.1, 16: 7.2}
 # ngram-mod as `geniex infer --spec-type ngram-mod` builds it: the auto draft policy sizing
 # drafts by each token's probability, memory kept across answers.
 AT_DEFAULTS = "ngram-mod at its defaults"
-# Answers start this many tokens before position 512 and 1,024, and free-text answers
-# are twice as long: they cross it inside their verify batches.
-MARGIN = 16
+# The long prompts, {name: (tokens, answer length)}: answers start before position 512
+# or 1,024 and run 16 tokens past it, where a one-row decode's numerics could part from
+# a verify row's. Breaking that on purpose (an F16 KV cache on 2 threads: split-KV at 512+
+# cells) makes the plain and speculative answers part at position 514 past 512 (from 16
+# tokens before) and at 1,020 past 1,024 (from 4 or 16 before); past 512 from 4 tokens
+# before they did not part (another history before the near-tie). So past-512 answers
+# start 16 before; past-1,024 ones start 4 before (12 answer tokens fewer for each).
+LAYOUT = {"past-1024": (1024 - 4, 4 + 16), "past-512": (512 - 16, 16 + 16)}
 
 
 def inventory_line(i):
@@ -98,12 +103,13 @@ class Bench:
         return self.references[key]
 
     @contextlib.contextmanager
-    def drafting(self, method):
+    def drafting(self, method, spec=None):
         """Within the block, ``spec`` drafts with ``method``: its own drafter and policy
-        for ``own_name``, otherwise a drafter built from ``options(method)`` (once, kept
-        for the bench's life: its memory lasts across answers, as in a session)."""
+        for ``own_name``, otherwise a drafter built from ``options(method)`` (or from
+        ``spec``, SpecOptions, for a variant of a method under a name of its own): once,
+        kept for the bench's life (its memory lasts across answers, as in a session)."""
         if method != self.own_name and method not in self.drafters:
-            spec = self.options(method)
+            spec = spec or self.options(method)
             drafter, notes = build.build(self.spec.target, spec, self.spec.n_rs_seq, self.spec.bundled_nextn)
             assert drafter is not None, notes
             self.drafters[method] = (drafter, FixedPolicy() if spec.policy == "fixed" else self.own[1])
