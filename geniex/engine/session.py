@@ -176,7 +176,8 @@ class Session:
     def _verify_cost(self, threads, threads_batch):
         """The verify cost curve of this model on ``threads``/``threads_batch``: measured
         once, then read from the data dir's calibration cache."""
-        key = (f"{policy.model_key(self.model.path)}{threads}/{threads_batch}|{self.options.cache_type_k}/{self.options.cache_type_v}|{policy.CALIBRATION}")
+        key = (f"{policy.model_key(self.model.path)}{threads}/{threads_batch}|"
+               f"{self.options.cache_type_k}/{self.options.cache_type_v}|{policy.CALIBRATION}")
         cache = policy.CalibrationCache(config.data_dir(self.options.data_dir) / "calibration.json")
         found = cache.get(key)
         if found is None:

@@ -19,7 +19,8 @@ MAX_N_PROBS = 100          # llama.cpp's n_probs (unbounded there; each is a JSO
 # sampler of llama.cpp's ``samplers`` list, and the fields that switch it off.
 CHAIN = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 _OFF = {"penalties": {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0},
-        "top_n_sigma": {"top_n_sigma": -1.0}, "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0}, "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0},
+        "top_n_sigma": {"top_n_sigma": -1.0}, "top_k": {"top_k": 0}, "typ_p": {"typical_p": 1.0},
+        "top_p": {"top_p": 0.0}, "min_p": {"min_p": 0.0},
         "xtc": {"xtc_probability": 0.0}, "dry": {"dry_multiplier": 0.0}}
 _ALIASES = {"typical_p": "typ_p"}
 # llama.cpp's samplers that are no-ops at the neutral values we require below.
@@ -47,7 +48,8 @@ WHY = {
     "grammar_triggers": "lazy grammars (a grammar that starts at a trigger) are not supported; send tools with "
                         "tool_choice required or a named tool to constrain tool calls",
 }
-# Settings that take effect only with a field above (adaptive_decay) are accepted with any value: at that field's neutral value they change nothing.
+# Settings that take effect only with a field above (adaptive_decay) are accepted with
+# any value: at that field's neutral value they change nothing.
 
 
 def check_unsupported(body):

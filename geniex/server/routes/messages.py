@@ -206,8 +206,8 @@ def _events(body, answer):
             block = _tool_use(call)
             yield "content_block_start", {"type": "content_block_start", "index": index,
                                           "content_block": {**block, "input": {}}}
-            yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                          "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
             index += 1
     if not text_open and index == 0:
