@@ -58,6 +58,10 @@ def test_responses_tools_and_tool_choice_become_chat_s():
         == "input[0].name"
     assert refused(responses.chat_body, {"input": [{"type": "function_call_output", "call_id": "c"}]}) == "input[0]"
     assert refused(responses.chat_body, {"input": [{"type": "reasoning"}]}) == "input[0].type"
+    # reasoning: accepted without an effort or summary, a 400 with one (nothing would honour it)
+    assert responses.chat_body({"input": "hi", "reasoning": {"effort": None, "summary": None}})["messages"]
+    assert refused(responses.chat_body, {"input": "hi", "reasoning": {"effort": "medium"}}) == "reasoning"
+    assert refused(responses.chat_body, {"input": "hi", "reasoning": {"summary": "auto"}}) == "reasoning"
 
 
 def test_responses_output_items_of_a_whole_answer():
@@ -111,6 +115,9 @@ def test_messages_tools_and_tool_choice_become_chat_s():
     assert refused(messages.chat_body, {**base, "tool_choice": {"type": "some"}}) == "tool_choice.type"
     user_use = {"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "now", "input": {}}]}
     assert refused(messages.chat_body, {**base, "messages": [user_use]}) == "messages[0].content[0].type"
+    assert messages.chat_body({**base, "thinking": {"type": "disabled"}})["enable_think"] is False
+    assert "enable_think" not in messages.chat_body(base)
+    assert refused(messages.chat_body, {**base, "thinking": {"type": "enabled", "budget_tokens": 1024}}) == "thinking"
     bad_use = {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "now", "input": "{}"}]}
     assert refused(messages.chat_body, {**base, "messages": [bad_use]}) == "messages[0].content[0]"
 

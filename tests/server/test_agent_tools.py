@@ -110,14 +110,19 @@ def test_messages_api_returns_and_takes_tool_use(server, followup):
     assert count.input_tokens == followup[1]
 
 
-def test_tools_that_run_on_the_vendors_side_are_refused_by_name(server):
+def test_what_this_server_cannot_honour_is_refused_by_name(server):
     openai_client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
     with pytest.raises(openai.BadRequestError, match=r"tools\[1\]\.type: 'web_search'"):
         openai_client.responses.create(model=MODEL, input="hi", tools=[*OPENAI_TOOLS, {"type": "web_search"}])
     with pytest.raises(openai.BadRequestError, match=r"input\[1\]\.type: 'reasoning'"):
         openai_client.responses.create(model=MODEL, input=[{"role": "user", "content": "hi"},
                                                            {"type": "reasoning", "summary": []}])
+    with pytest.raises(openai.BadRequestError, match=r"reasoning: reasoning effort"):
+        openai_client.responses.create(model=MODEL, input="hi", reasoning={"effort": "high"})
     client = anthropic.Anthropic(base_url=server.url, api_key="unused")
+    with pytest.raises(anthropic.BadRequestError, match=r"thinking: extended thinking"):
+        client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+                               thinking={"type": "enabled", "budget_tokens": 1024})
     with pytest.raises(anthropic.BadRequestError, match=r"tools\[0\]\.type: 'web_search_20250305'"):
         client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}],
                                tools=[{"type": "web_search_20250305", "name": "web_search"}])

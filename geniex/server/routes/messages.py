@@ -89,6 +89,19 @@ def _tools(tools):
     return out
 
 
+def _thinking(thinking):
+    """``thinking``: None when absent, False for ``{"type": "disabled"}`` (the template's
+    thinking switch off, which is honoured); extended thinking is a 400 naming it: this
+    server neither returns thinking blocks nor holds reasoning to ``budget_tokens``."""
+    if thinking is None:
+        return None
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        return False
+    raise ApiError(400, "thinking: extended thinking (thinking blocks within budget_tokens) is not supported on "
+                   "/v1/messages; leave it out or send {\"type\": \"disabled\"} (a model that reasons writes its "
+                   "thoughts in the text)", param="thinking", code="unsupported_value")
+
+
 # Anthropic's tool_choice types -> chat's.
 CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
@@ -128,6 +141,8 @@ def chat_body(body):
         out["response_format"] = {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
     out["tools"] = _tools(body.get("tools"))
     out["tool_choice"], out["parallel_tool_calls"] = _tool_choice(body.get("tool_choice"))
+    if _thinking(body.get("thinking")) is False:
+        out["enable_think"] = False
     # The answer's text as the model wrote it: thinking blocks are not split out here.
     out.update(messages=messages, max_completion_tokens=body["max_tokens"], stop=body.get("stop_sequences"),
                stream=bool(body.get("stream")), reasoning_format="none")

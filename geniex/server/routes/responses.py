@@ -42,6 +42,11 @@ def chat_body(body):
                        "/v1/responses; ask /v1/chat/completions (logprobs, top_logprobs)", param="include",
                        code="unsupported_value")
     llama_fields.refuse_logprobs(body, "/v1/responses")
+    reasoning = body.get("reasoning")
+    if reasoning and any(reasoning.get(k) not in (None, "none") for k in ("effort", "summary", "generate_summary")):
+        raise ApiError(400, "reasoning: reasoning effort and summaries are not supported on /v1/responses; leave "
+                       "them out (a model that reasons writes its thoughts in the output text)", param="reasoning",
+                       code="unsupported_value")
     out["tools"] = _tools(body.get("tools"))
     out["tool_choice"] = _tool_choice(body.get("tool_choice"))
     out["messages"] = messages
