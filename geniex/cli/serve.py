@@ -25,6 +25,12 @@ def register(sub):
     p.add_argument("--reasoning-format", default="auto", choices=("none", "deepseek", "deepseek-legacy", "auto"),
                    help="default reasoning_format of chat answers: where <think> thoughts go (default auto: "
                         "reasoning_content, as llama.cpp's server)")
+    p.add_argument("--reasoning-budget", type=int, default=-1,
+                   help="thought tokens a chat answer may spend in its reasoning block before the block is "
+                        "closed for it (-1 = no limit, 0 = close at once; default -1); a request's "
+                        "thinking_budget_tokens overrides it")
+    p.add_argument("--reasoning-budget-message", default="",
+                   help="text put before the closing marker when the reasoning budget runs out (default none)")
     p.add_argument("--metrics", action="store_true", help="serve GET /metrics (Prometheus text; default off)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="answer GET /slots with 501")
     p.add_argument("--keepalive", type=float, default=None,
@@ -114,6 +120,8 @@ def run(args):
                                             cache_type_k=ggml_name(args.cache_type_k),
                                             cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict,
                                             reasoning_format=args.reasoning_format,
+                                            reasoning_budget=_reasoning_budget(args.reasoning_budget),
+                                            reasoning_budget_message=args.reasoning_budget_message,
                                             grammar_dir=_grammar_dir(args.grammar_dir)),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
@@ -123,6 +131,13 @@ def run(args):
                           model=_default_model(args.model, args.data_dir),
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
+
+
+def _reasoning_budget(value):
+    """``--reasoning-budget`` checked before listening: -1 (no limit) or a token count."""
+    if value < -1:
+        raise UsageError(f"--reasoning-budget {value}: expected -1 (no limit) or a number of tokens >= 0")
+    return value
 
 
 def _grammar_dir(value):

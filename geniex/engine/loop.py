@@ -43,6 +43,7 @@ class GenOptions:
     forced_drafts: bool = True       # with a grammar, draft what it forces (geniex.engine.forced)
     forced_max: int | None = None    # the longest forced run (None: the verify batch; recurrent targets: less)
     logprobs: int | None = None      # None: none; n: each answer token's log-probability and its top n
+    think_budget: object = None      # a think_budget.ThinkBudget (never with a grammar: one constraint per answer)
 
 
 @dataclass
@@ -108,7 +109,8 @@ class Answer:
 
     def __init__(self, opts, vocab, n_vocab, history):
         self.sampler = Sampler(opts.sampling, n_vocab, history)
-        self.constraint = opts.grammar.constraint(vocab) if opts.grammar is not None else None
+        rule = opts.grammar if opts.grammar is not None else opts.think_budget
+        self.constraint = rule.constraint(vocab) if rule is not None else None
         self.probe = Probe(opts.logprobs) if opts.logprobs is not None else None
         self.stream = TextStream(opts.stop)
         self.max_tokens = opts.max_tokens

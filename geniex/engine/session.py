@@ -215,7 +215,7 @@ class Session:
         """Start answering; returns a :class:`Generation` to iterate. ``progress(total,
         cached, processed)`` hears how far the prompt's decoding got."""
         drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
-        if opts.grammar is not None:
+        if opts.grammar is not None or opts.think_budget is not None:
             # Forced-token drafts ride on speculation: off for a plain answer, and as long
             # as a recurrent target can roll back (none without speculation).
             forced = speculative and (not self.model.recurrent or self.n_rs_seq > 0)

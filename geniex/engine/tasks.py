@@ -25,6 +25,7 @@ from geniex.engine.toolcalls import tools as _tools  # noqa: F401 - toolcalls.to
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.stats import Stats
+from geniex.engine.think_budget import ThinkBudget
 from geniex.errors import ContextLengthExceeded, GenieXError, Unsupported, UsageError
 from geniex.llama import api
 
@@ -58,6 +59,10 @@ class ChatTask:
     tool_choice: str | dict = "auto"
     parallel_tool_calls: bool = True     # False: the first call only
     reasoning_format: str = "none"       # none | deepseek | deepseek-legacy | auto (toolcalls.reasoning)
+    # Thought tokens before the reasoning block is closed for the model (-1: no limit;
+    # geniex.engine.think_budget), and the text put before the closing marker then.
+    reasoning_budget: int = -1
+    reasoning_budget_message: str = ""
 
 
 @dataclass
@@ -231,9 +236,12 @@ def run(session, task, cancel=None):
 def _chat(session, task, cancel):
     prompt = _render(session, task)
     tokens = session.tokenize_prompt(prompt)
-    parser = _parser(session, task, prompt)
+    markers, opened = _reasoning_block(session, prompt)
+    parser = _parser(session, task, markers, opened)
     if task.tools and (task.tool_choice == "required" or isinstance(task.tool_choice, dict)):
         task = _calls_enforced(task, parser.family)
+    if task.reasoning_budget >= 0:
+        task = _budgeted(task, markers, opened)
     for event in _decode(session, task, tokens, cancel):
         if isinstance(event, Piece):
             delta = parser.feed(event.text)
@@ -261,15 +269,31 @@ def _calls_enforced(task, family):
     return dataclasses.replace(task, options=dataclasses.replace(task.options, grammar=grammar))
 
 
-def _parser(session, task, prompt):
+def _budgeted(task, markers, opened):
+    """``task`` with its reasoning held to ``reasoning_budget`` tokens
+    (:mod:`geniex.engine.think_budget`)."""
+    if task.options.grammar is not None:
+        raise UsageError("thinking_budget_tokens: a reasoning budget cannot be combined with response_format, "
+                         "a grammar or a required tool choice (the answer would be constrained twice)",
+                         param="thinking_budget_tokens")
+    budget = ThinkBudget(task.reasoning_budget, markers, opened, task.reasoning_budget_message)
+    return dataclasses.replace(task, options=dataclasses.replace(task.options, think_budget=budget))
+
+
+def _reasoning_block(session, prompt):
+    """The template's reasoning markers, and whether ``prompt`` opened the block."""
+    markers = toolcalls.markers_for(template_for(session.model).source)
+    return markers, toolcalls.forced_open(prompt, markers)
+
+
+def _parser(session, task, markers, opened):
     """The answer's parser: tool calls in the template's family when the task has tools
     (and tool_choice is not "none"), reasoning split as ``reasoning_format`` says."""
-    source = template_for(session.model).source
-    family = toolcalls.family_of(source) if task.tools and task.tool_choice != "none" else None
-    if family is not None and not template_for(session.model).renders_tools:
+    template = template_for(session.model)
+    family = toolcalls.family_of(template.source) if task.tools and task.tool_choice != "none" else None
+    if family is not None and not template.renders_tools:
         family = toolcalls.FAMILIES["generic"]()     # the tools were described in the generic format
-    markers = toolcalls.markers_for(source)
-    return toolcalls.ChatParser(family, task.reasoning_format, markers, toolcalls.forced_open(prompt, markers),
+    return toolcalls.ChatParser(family, task.reasoning_format, markers, opened,
                                 streaming=task.streaming.stream, parallel=task.parallel_tool_calls)
 
 

@@ -48,6 +48,8 @@ class Defaults:
     cache_type_v: str = "q8_0"
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
     reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
+    reasoning_budget: int = -1       # thinking_budget_tokens when a request sets none (--reasoning-budget)
+    reasoning_budget_message: str = ""   # --reasoning-budget-message
     grammar_dir: str | None = None   # the folder grammar_path names files in (None: grammar_path refused)
 
 
@@ -196,8 +198,20 @@ class Answerer:
         if parallel is not None and not isinstance(parallel, bool):
             raise ApiError(400, "parallel_tool_calls: expected a boolean", param="parallel_tool_calls",
                            code="invalid_value")
+        budget = body.get("thinking_budget_tokens")
+        constrained = _constrained(body) or bool(tools) and choice not in ("auto", "none")
+        if budget is None:
+            # The server's default budget holds free answers only: a constrained one
+            # (a grammar, a required call) is held by its grammar instead.
+            budget = -1 if constrained else self.defaults.reasoning_budget
+        elif budget >= 0 and constrained:
+            raise ApiError(400, "thinking_budget_tokens: a reasoning budget cannot be combined with "
+                           "response_format, a grammar or a required tool choice (the answer would be "
+                           "constrained twice)", param="thinking_budget_tokens", code="invalid_value")
         return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel is not False,
-                "reasoning_format": fmt, "template_kwargs": kwargs}
+                "reasoning_format": fmt, "template_kwargs": kwargs,
+                "reasoning_budget": budget,
+                "reasoning_budget_message": self.defaults.reasoning_budget_message}
 
     def complete(self, body, keep_cache, cancel, default_max=COMPLETION_MAX_TOKENS):
         """A raw prompt, no template (``/v1/completions``, ``/completion``): text or token

@@ -117,7 +117,22 @@ def test_messages_tools_and_tool_choice_become_chat_s():
     assert refused(messages.chat_body, {**base, "messages": [user_use]}) == "messages[0].content[0].type"
     assert messages.chat_body({**base, "thinking": {"type": "disabled"}})["enable_think"] is False
     assert "enable_think" not in messages.chat_body(base)
-    assert refused(messages.chat_body, {**base, "thinking": {"type": "enabled", "budget_tokens": 1024}}) == "thinking"
+    # extended thinking: the switch on, the budget held, the thoughts split out (a thinking block)
+    enabled = messages.chat_body({**base, "thinking": {"type": "enabled", "budget_tokens": 1024}})
+    assert (enabled["enable_think"], enabled["thinking_budget_tokens"], enabled["reasoning_format"]) == \
+        (True, 1024, "deepseek")
+    assert messages.chat_body({**base, "thinking": {"type": "adaptive"}})["thinking_budget_tokens"] == -1
+    assert messages.chat_body(base)["reasoning_format"] == "none"
+    for bad in ({"type": "enabled"}, {"type": "enabled", "budget_tokens": -2}, {"type": "on"}):
+        assert refused(messages.chat_body, {**base, "thinking": bad}) == "thinking"
+    assert refused(messages.chat_body, {**base, "thinking": {"type": "adaptive"}, "tool_choice": {"type": "any"}}) \
+        == "thinking"
+    earlier = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                                                 {"type": "redacted_thinking", "data": "x"},
+                                                 {"type": "text", "text": "Hello"}]}]
+    assert messages.chat_body({**base, "messages": earlier})["messages"][-1] == {"role": "assistant",
+                                                                               "content": "Hello"}
     bad_use = {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "now", "input": "{}"}]}
     assert refused(messages.chat_body, {**base, "messages": [bad_use]}) == "messages[0].content[0]"
 

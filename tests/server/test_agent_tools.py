@@ -120,8 +120,9 @@ def test_what_this_server_cannot_honour_is_refused_by_name(server):
     with pytest.raises(openai.BadRequestError, match=r"reasoning: reasoning effort"):
         openai_client.responses.create(model=MODEL, input="hi", reasoning={"effort": "high"})
     client = anthropic.Anthropic(base_url=server.url, api_key="unused")
-    with pytest.raises(anthropic.BadRequestError, match=r"thinking: extended thinking"):
+    with pytest.raises(anthropic.BadRequestError, match=r"thinking: extended thinking cannot be combined"):
         client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+                               tools=ANTHROPIC_TOOLS, tool_choice={"type": "any"},
                                thinking={"type": "enabled", "budget_tokens": 1024})
     with pytest.raises(anthropic.BadRequestError, match=r"tools\[0\]\.type: 'web_search_20250305'"):
         client.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}],

@@ -6,6 +6,12 @@ content block and one ``tool_use`` block per call the model made (streamed as th
 API's named events: message_start, content_block_start/delta/stop, message_delta,
 message_stop). Server tools (web search, code execution, ...) are a 400 naming them:
 they run on Anthropic's side.
+
+Extended thinking (``thinking: {"type": "enabled", "budget_tokens": N}``) turns the
+template's thinking switch on, holds the thoughts to N tokens (the reasoning budget of
+:mod:`geniex.engine.think_budget`) and returns them as a ``thinking`` block before the
+text; thinking blocks an agent sends back in assistant turns are dropped, as the chat
+templates drop earlier turns' reasoning.
 """
 import json
 
@@ -49,6 +55,8 @@ def _turns(m, where):
         kind, at = block.get("type"), f"{where}[{i}]"
         if kind == "text":
             texts.append(block.get("text", ""))
+        elif kind in ("thinking", "redacted_thinking") and m["role"] == "assistant":
+            continue                   # earlier reasoning: the templates leave it out of the prompt
         elif kind == "tool_use" and m["role"] == "assistant":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str) \
                     or not isinstance(block.get("input"), dict):
@@ -91,15 +99,21 @@ def _tools(tools):
 
 def _thinking(thinking):
     """``thinking``: None when absent, False for ``{"type": "disabled"}`` (the template's
-    thinking switch off, which is honoured); extended thinking is a 400 naming it: this
-    server neither returns thinking blocks nor holds reasoning to ``budget_tokens``."""
+    thinking switch off), else the reasoning budget in tokens: ``budget_tokens`` of
+    ``{"type": "enabled"}``, -1 (no limit) for ``{"type": "adaptive"}``."""
     if thinking is None:
         return None
-    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind == "disabled":
         return False
-    raise ApiError(400, "thinking: extended thinking (thinking blocks within budget_tokens) is not supported on "
-                   "/v1/messages; leave it out or send {\"type\": \"disabled\"} (a model that reasons writes its "
-                   "thoughts in the text)", param="thinking", code="unsupported_value")
+    if kind == "adaptive":
+        return -1
+    budget = thinking.get("budget_tokens") if kind == "enabled" else None
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        raise ApiError(400, "thinking: expected {\"type\": \"enabled\", \"budget_tokens\": N} (N >= 0), "
+                       "{\"type\": \"adaptive\"} or {\"type\": \"disabled\"}", param="thinking",
+                       code="invalid_value")
+    return budget
 
 
 # Anthropic's tool_choice types -> chat's.
@@ -141,11 +155,20 @@ def chat_body(body):
         out["response_format"] = {"type": "json_schema", "json_schema": {"schema": fmt["schema"]}}
     out["tools"] = _tools(body.get("tools"))
     out["tool_choice"], out["parallel_tool_calls"] = _tool_choice(body.get("tool_choice"))
-    if _thinking(body.get("thinking")) is False:
+    thinking = _thinking(body.get("thinking"))
+    if thinking is False:
         out["enable_think"] = False
-    # The answer's text as the model wrote it: thinking blocks are not split out here.
+    elif thinking is not None:
+        if out["tool_choice"] not in (None, "auto", "none") or fmt is not None:
+            # As Anthropic's API: thinking and a forced tool use or structured output exclude each other.
+            raise ApiError(400, "thinking: extended thinking cannot be combined with tool_choice any or tool, or "
+                           "with output_format", param="thinking", code="invalid_value")
+        out["enable_think"] = True
+        out["thinking_budget_tokens"] = thinking
+    # Without extended thinking the answer's text is as the model wrote it; with it the
+    # thoughts are split out into a thinking block.
     out.update(messages=messages, max_completion_tokens=body["max_tokens"], stop=body.get("stop_sequences"),
-               stream=bool(body.get("stream")), reasoning_format="none")
+               stream=bool(body.get("stream")), reasoning_format="none" if thinking in (None, False) else "deepseek")
     return out
 
 
@@ -160,12 +183,14 @@ def _stop_reason(stats, calls):
     return "tool_use" if calls and reason == "end_turn" else reason
 
 
-def _message(answer, text, stats, stop_sequence=None, calls=()):
+def _message(answer, text, stats, stop_sequence=None, calls=(), thinking=""):
     usage = {"input_tokens": stats.prompt_tokens - stats.prompt_reused if stats else 0,
              "cache_read_input_tokens": stats.prompt_reused if stats else 0,
              "output_tokens": stats.decode_tokens if stats else 0}
+    # A thinking block has no signature here: nothing signs a local model's thoughts.
     out = {"id": answer.msg_id, "type": "message", "role": "assistant", "model": answer.model,
-           "content": ([{"type": "text", "text": text}] if text is not None and (text.strip() or not calls) else [])
+           "content": ([{"type": "thinking", "thinking": thinking, "signature": ""}] if thinking else [])
+           + ([{"type": "text", "text": text}] if text is not None and (text.strip() or not calls) else [])
            + [_tool_use(c) for c in calls],
            "stop_reason": _stop_reason(stats, calls) if stats else None,
            "stop_sequence": stop_sequence, "usage": usage}
@@ -192,21 +217,34 @@ def messages():
         return stream(_events(body, answer), answer, done=False, encode=sse.encode_named)
     with answer:
         text = answer.text()
-    return jsonify(_message(answer, text, answer.stats, _stop_sequence(body, answer.stats), answer.calls))
+    return jsonify(_message(answer, text, answer.stats, _stop_sequence(body, answer.stats), answer.calls,
+                            "".join(answer.reasoning)))
 
 
 def _events(body, answer):
-    """The answer as Anthropic streams it: a text block opened at the first text and
-    closed at a call or the end, a tool_use block per call (its input in one
-    ``input_json_delta``: a call is sent once read whole)."""
+    """The answer as Anthropic streams it: a thinking block first (with extended
+    thinking), a text block opened at the first text and closed at a call or the end, a
+    tool_use block per call (its input in one ``input_json_delta``: a call is sent once
+    read whole)."""
     start = _message(answer, None, None)
     start["usage"]["input_tokens"] = 0
     yield "message_start", {"type": "message_start", "message": start}
     yield "ping", {"type": "ping"}
-    index, text_open = 0, False
+    index, text_open, thinking_open, answered = 0, False, False, False
     for ev in answer.events():
         if not isinstance(ev, tasks.Piece):
             continue
+        if ev.reasoning:
+            if not thinking_open:
+                yield "content_block_start", {"type": "content_block_start", "index": index,
+                                              "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
+                thinking_open = True
+            yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                          "delta": {"type": "thinking_delta", "thinking": ev.reasoning}}
+        if thinking_open and (ev.text or ev.calls):
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+            index, thinking_open = index + 1, False
+        answered = answered or bool(ev.text or ev.calls)
         if ev.text:
             if not text_open:
                 yield "content_block_start", {"type": "content_block_start", "index": index,
@@ -225,9 +263,12 @@ def _events(body, answer):
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
             index += 1
-    if not text_open and index == 0:
+    if thinking_open:
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        index += 1
+    if not answered:
         # An empty answer is still one (empty) text block, as a whole answer gives it.
-        yield "content_block_start", {"type": "content_block_start", "index": 0,
+        yield "content_block_start", {"type": "content_block_start", "index": index,
                                       "content_block": {"type": "text", "text": ""}}
         text_open = True
     if text_open:
