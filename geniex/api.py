@@ -77,12 +77,14 @@ def generate(session, prompt, **options):
 
 
 def answer(session, messages, *, tools=None, tool_choice="auto", parallel_tool_calls=True, reasoning_format="auto",
-           template_kwargs=None, max_tokens=256, stop=(), temperature=0.0, seed=0, **sampling):
+           template_kwargs=None, max_tokens=256, stop=(), temperature=0.0, seed=0, reasoning_budget=-1,
+           **sampling):
     """Answer a conversation (OpenAI-style ``messages``) as the server's chat route does,
     through the same engine task: returns ``{"content", "reasoning_content",
     "tool_calls", "finish_reason"}`` with the model's tool calls parsed in its
     template's format (docs/tools-and-reasoning.md). ``tool_choice`` "required" or a
-    named function constrains the answer to calls. UsageError on a bad value."""
+    named function constrains the answer to calls; ``reasoning_budget`` N closes the
+    reasoning block after N thought tokens (-1: no limit). UsageError on a bad value."""
     from geniex.engine import tasks
     from geniex.engine.toolcalls import tools as agent
     tools = agent.check_tools(tools)
@@ -92,7 +94,8 @@ def answer(session, messages, *, tools=None, tool_choice="auto", parallel_tool_c
                           tools=tools, tool_choice=agent.check_tool_choice(tool_choice, tools),
                           parallel_tool_calls=parallel_tool_calls,
                           reasoning_format=agent.check_reasoning_format(reasoning_format),
-                          template_kwargs=agent.template_kwargs(template_kwargs, None))
+                          template_kwargs=agent.template_kwargs(template_kwargs, None),
+                          reasoning_budget=reasoning_budget)
     content, reasoning, calls, stats = [], [], [], None
     for event in tasks.run(session, task):
         if isinstance(event, tasks.Piece):

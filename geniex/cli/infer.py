@@ -20,6 +20,8 @@ def register(sub):
     p.add_argument("-t", "--token-file", metavar="PATH",
                    help="a raw prompt as token ids (whitespace or comma separated, or a JSON list), "
                         "answered without the chat template; instead of -p/-i")
+    p.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
+                   help="text put before the closing marker when --reasoning-budget runs out (default none)")
 
 
 def _resolve_models(args, store):
@@ -77,7 +79,8 @@ def run(args):
                 _answer_tokens(session, token_prompt, opts, ctrl, tracer, verbose)
             return 0
         # Which chat template is used is logged once per model (shown by --verbose).
-        chat = Conversation(session, args.system_prompt, template_kwargs(args))
+        chat = Conversation(session, args.system_prompt, template_kwargs(args), args.reasoning_budget,
+                            args.reasoning_budget_message)
         with console.CtrlC() as ctrl:
             answer = lambda text: _answer(chat, text, opts, ctrl, tracer, verbose)  # noqa: E731
             if turns:

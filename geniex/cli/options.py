@@ -88,6 +88,9 @@ def add_model_flags(p):
     s.add_argument("--think", action=argparse.BooleanOptionalAction, default=None,
                    help="thinking on (--think) or off (--no-think) for templates that read enable_thinking "
                         "(default: the template's own)")
+    s.add_argument("--reasoning-budget", type=_budget, default=-1, metavar="N",
+                   help="thought tokens an answer may spend in its reasoning block before the block is closed "
+                        "for it (-1 = no limit, default; 0 = at once); not with a grammar or JSON schema")
     s.add_argument("-s", "--system-prompt", default=None)
     s.add_argument("--temperature", type=_nonneg(float, "--temperature"), default=0.0, help="0 = greedy (default)")
     s.add_argument("--top-p", type=_nonneg(float, "--top-p"), default=0.0, help="0 = unset")
@@ -123,6 +126,16 @@ def load_options(args, draft_path=None):
                                 spec=spec_options_table.from_args(args, draft_path))
 
 
+def _budget(value):
+    try:
+        n = int(value)
+    except ValueError:
+        n = -2
+    if n < -1:
+        raise argparse.ArgumentTypeError(f"expected -1 (no limit) or a number of tokens >= 0, got {value!r}")
+    return n
+
+
 def gen_options(args):
     """GenOptions (length, stop strings, sampling, grammar) from parsed flags."""
     from geniex.engine.loop import GenOptions
@@ -131,8 +144,12 @@ def gen_options(args):
     stops = list(args.stop)
     for path in getattr(args, "stop_file", None) or ():
         stops += read_stop_file(path)
+    constraint = grammar(args)
+    if constraint is not None and getattr(args, "reasoning_budget", -1) >= 0:
+        raise UsageError(f"--reasoning-budget cannot be combined with {grammar_source(args)[2]}: the answer would "
+                         "be constrained twice")
     return GenOptions(max_tokens=args.max_tokens, stop=tuple(stops), sampling=sampling_params(args),
-                      grammar=grammar(args))
+                      grammar=constraint)
 
 
 def read_stop_file(path):

@@ -101,6 +101,8 @@ def request_fields(args, model_id):
         fields["stop"] = list(opts.stop)
     if getattr(args, "think", None) is not None:
         fields["enable_think"] = args.think
+    if args.reasoning_budget >= 0:
+        fields["thinking_budget_tokens"] = args.reasoning_budget
     # The answer as the model writes it, thoughts included, as `geniex infer` prints it.
     fields["reasoning_format"] = "none"
     spec = spec_options.from_args(args)

@@ -8,9 +8,11 @@ which guesses the family from the template text) are used only for a model witho
 template (chatml, as llama.cpp's server does) or a template Jinja cannot render.
 Which one a model gets is logged once per loaded model (``--verbose`` shows it).
 """
+import dataclasses
 import logging
 import weakref
 
+from geniex.engine import think_budget
 from geniex.engine.template import JinjaTemplate, TemplateFailed
 from geniex.errors import GenieXError
 from geniex.llama.chat_template import apply_builtin
@@ -114,10 +116,12 @@ class Conversation:
     turn costs its new tokens only.
     """
 
-    def __init__(self, session, system_prompt=None, template_kwargs=None):
+    def __init__(self, session, system_prompt=None, template_kwargs=None, reasoning_budget=-1, budget_message=""):
         self.session = session
         self.template = template_for(session.model)
         self.template_kwargs = template_kwargs      # more template variables (enable_thinking, ...)
+        # Thought tokens before the reasoning block is closed (-1: no limit; think_budget).
+        self.reasoning_budget, self.budget_message = reasoning_budget, budget_message
         self.messages = []
         if system_prompt:
             self.messages.append({"role": "system", "content": system_prompt})
@@ -133,8 +137,12 @@ class Conversation:
         turn = {"role": "user", "content": user_text}
         # Render before recording the turn: a template that refuses the conversation
         # leaves it as it was.
-        tokens = self.prompt_tokens(self.messages + [turn])
+        prompt = self.template.render(self.messages + [turn], extra=self.template_kwargs)
+        tokens = self.session.tokenize_prompt(prompt)
         self.messages.append(turn)
+        if self.reasoning_budget >= 0 and opts.grammar is None:
+            budget = think_budget.for_prompt(self.reasoning_budget, self.template.source, prompt, self.budget_message)
+            opts = dataclasses.replace(opts, think_budget=budget)
         return self.session.generate(tokens, opts, cancel)
 
     def finish(self, generation):

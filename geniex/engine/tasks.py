@@ -19,13 +19,12 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-from geniex.engine import embedding, logprobs, toolcalls
+from geniex.engine import embedding, logprobs, think_budget, toolcalls
 from geniex.engine.toolcalls import grammar as _grammar  # noqa: F401 - toolcalls.grammar, used by _chat
 from geniex.engine.toolcalls import tools as _tools  # noqa: F401 - toolcalls.tools, used by _render
 from geniex.engine.chat import template_for
 from geniex.engine.loop import GenOptions
 from geniex.engine.stats import Stats
-from geniex.engine.think_budget import ThinkBudget
 from geniex.errors import ContextLengthExceeded, GenieXError, Unsupported, UsageError
 from geniex.llama import api
 
@@ -236,12 +235,11 @@ def run(session, task, cancel=None):
 def _chat(session, task, cancel):
     prompt = _render(session, task)
     tokens = session.tokenize_prompt(prompt)
-    markers, opened = _reasoning_block(session, prompt)
-    parser = _parser(session, task, markers, opened)
+    parser = _parser(session, task, prompt)
     if task.tools and (task.tool_choice == "required" or isinstance(task.tool_choice, dict)):
         task = _calls_enforced(task, parser.family)
     if task.reasoning_budget >= 0:
-        task = _budgeted(task, markers, opened)
+        task = _budgeted(session, task, prompt)
     for event in _decode(session, task, tokens, cancel):
         if isinstance(event, Piece):
             delta = parser.feed(event.text)
@@ -269,31 +267,27 @@ def _calls_enforced(task, family):
     return dataclasses.replace(task, options=dataclasses.replace(task.options, grammar=grammar))
 
 
-def _budgeted(task, markers, opened):
+def _budgeted(session, task, prompt):
     """``task`` with its reasoning held to ``reasoning_budget`` tokens
     (:mod:`geniex.engine.think_budget`)."""
     if task.options.grammar is not None:
         raise UsageError("thinking_budget_tokens: a reasoning budget cannot be combined with response_format, "
                          "a grammar or a required tool choice (the answer would be constrained twice)",
                          param="thinking_budget_tokens")
-    budget = ThinkBudget(task.reasoning_budget, markers, opened, task.reasoning_budget_message)
+    budget = think_budget.for_prompt(task.reasoning_budget, template_for(session.model).source, prompt,
+                                     task.reasoning_budget_message)
     return dataclasses.replace(task, options=dataclasses.replace(task.options, think_budget=budget))
 
 
-def _reasoning_block(session, prompt):
-    """The template's reasoning markers, and whether ``prompt`` opened the block."""
-    markers = toolcalls.markers_for(template_for(session.model).source)
-    return markers, toolcalls.forced_open(prompt, markers)
-
-
-def _parser(session, task, markers, opened):
+def _parser(session, task, prompt):
     """The answer's parser: tool calls in the template's family when the task has tools
     (and tool_choice is not "none"), reasoning split as ``reasoning_format`` says."""
-    template = template_for(session.model)
-    family = toolcalls.family_of(template.source) if task.tools and task.tool_choice != "none" else None
-    if family is not None and not template.renders_tools:
+    source = template_for(session.model).source
+    family = toolcalls.family_of(source) if task.tools and task.tool_choice != "none" else None
+    if family is not None and not template_for(session.model).renders_tools:
         family = toolcalls.FAMILIES["generic"]()     # the tools were described in the generic format
-    return toolcalls.ChatParser(family, task.reasoning_format, markers, opened,
+    markers = toolcalls.markers_for(source)
+    return toolcalls.ChatParser(family, task.reasoning_format, markers, toolcalls.forced_open(prompt, markers),
                                 streaming=task.streaming.stream, parallel=task.parallel_tool_calls)
 
 

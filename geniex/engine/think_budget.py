@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from geniex.engine.toolcalls.reasoning import forced_open, markers_for
+
 # Phases of an answer under a budget.
 _START, _INSIDE, _CLOSING, _DONE = range(4)
 
@@ -33,6 +35,13 @@ class ThinkBudget:
     def constraint(self, vocab):
         """A fresh :class:`BudgetConstraint` for one answer on ``vocab``."""
         return BudgetConstraint(self, vocab)
+
+
+def for_prompt(tokens, template_source, prompt, message=""):
+    """The budget of ``tokens`` thought tokens for an answer to ``prompt`` (the rendered
+    chat prompt): the template's markers, and whether the prompt opened the block."""
+    markers = markers_for(template_source)
+    return ThinkBudget(tokens, markers, forced_open(prompt, markers), message)
 
 
 class BudgetConstraint:
