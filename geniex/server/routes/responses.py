@@ -130,6 +130,9 @@ def text_format(body):
     text = body.get("text")
     if text is None:
         return None
+    if isinstance(text, dict) and text.get("verbosity") not in (None, "medium"):
+        raise ApiError(400, "text.verbosity: answer verbosity cannot be set: only the default (medium) is accepted",
+                       param="text.verbosity", code="unsupported_value")
     fmt = text.get("format") if isinstance(text, dict) else None
     if fmt is None:
         return None
