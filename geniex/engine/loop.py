@@ -44,6 +44,7 @@ class GenOptions:
     forced_max: int | None = None    # the longest forced run (None: the verify batch; recurrent targets: less)
     logprobs: int | None = None      # None: none; n: each answer token's log-probability and its top n
     think_budget: object = None      # a think_budget.ThinkBudget (never with a grammar: one constraint per answer)
+    prediction: str | None = None    # text the answer is expected to repeat: drafted from (Session.generate)
 
 
 @dataclass

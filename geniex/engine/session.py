@@ -14,7 +14,7 @@ from geniex import config
 from geniex.config import physical_cores
 from geniex.engine import limits, loop
 from geniex.engine.stats import Stats
-from geniex.errors import GenieXError
+from geniex.errors import GenieXError, UsageError
 from geniex.llama import cache_types
 from geniex.llama import devices as devmod
 from geniex.llama import library
@@ -22,7 +22,8 @@ from geniex.llama.kv import KvHistory
 from geniex.llama.objects import Batch, Context, Model
 from geniex.llama.threads import ThreadGovernor
 from geniex.speculative import build, policy
-from geniex.speculative.drafters.base import NO_DRAFTER
+from geniex.speculative.drafters.base import NO_DRAFTER, DrafterChain
+from geniex.speculative.drafters.prediction import PredictionDrafter
 from geniex.speculative.options import SpecOptions
 from geniex.speculative.target import Target
 
@@ -215,6 +216,8 @@ class Session:
         """Start answering; returns a :class:`Generation` to iterate. ``progress(total,
         cached, processed)`` hears how far the prompt's decoding got."""
         drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
+        if opts.prediction:
+            drafter = self._with_prediction(drafter, opts.prediction)
         if opts.grammar is not None or opts.think_budget is not None:
             # Forced-token drafts ride on speculation: off for a plain answer, and as long
             # as a recurrent target can roll back (none without speculation).
@@ -222,6 +225,22 @@ class Session:
             opts = dataclasses.replace(opts, forced_drafts=opts.forced_drafts and forced,
                                        forced_max=self.n_rs_seq if self.model.recurrent else None)
         return Generation(self, prompt_tokens, opts, drafter, cancel, progress)
+
+    def _with_prediction(self, drafter, text):
+        """``drafter`` preceded by drafts from the request's predicted output (OpenAI's
+        ``prediction``): asked for by the request, so it drafts even where the session
+        has no drafter of its own, but only where drafting keeps the answer exact."""
+        if self.model.recurrent and self.n_rs_seq == 0:
+            raise UsageError("prediction: this model keeps recurrent state that can be rolled back only when it is "
+                             "loaded with a speculative method (spec_type): a predicted output cannot be checked "
+                             "without one", param="prediction")
+        if not cache_types.exact_on_threads(self.ctx.type_k, self.ctx.type_v, self.threads):
+            raise UsageError(f"prediction: drafting on a {self.options.cache_type_k}/{self.options.cache_type_v} KV "
+                             f"cache on {self.threads} threads could change the answer past 512 tokens; load it "
+                             "with the default q8_0 cache types", param="prediction")
+        tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
+        own = PredictionDrafter(tokens)
+        return own if drafter is NO_DRAFTER else DrafterChain([own, drafter])
 
     def embeddings_context(self):
         """A context on the same weights that outputs pooled embeddings (the model's own

@@ -408,7 +408,7 @@ class Answerer:
         return GenOptions(max_tokens=llama_fields.max_tokens(body, default_max, nctx),
                           stop=(stop,) if isinstance(stop, str) else tuple(stop), sampling=sampling,
                           grammar=grammar_fields.grammar_of(body, self.defaults.grammar_dir),
-                          logprobs=llama_fields.logprobs(body))
+                          logprobs=llama_fields.logprobs(body), prediction=_prediction(body))
 
     def _start(self, lease, task, cancel, model, warnings, field):
         """Run ``task`` under ``lease`` and take its first event (an Answer), mapping the
@@ -426,6 +426,18 @@ class Answerer:
                            code="request_cancelled") from None
         except (ContextLengthExceeded, UsageError) as e:
             raise _request_error(e, field) from None
+
+
+def _prediction(body):
+    """The text of OpenAI's ``prediction`` (``{"type": "content", "content": text or
+    text parts}``, checked by the schema), or None."""
+    pred = body.get("prediction")
+    if not pred:
+        return None
+    content = pred.get("content")
+    if isinstance(content, list):
+        content = "".join(part.get("text", "") for part in content)
+    return content or None
 
 
 def _constrained(body):

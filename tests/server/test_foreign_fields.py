@@ -20,7 +20,8 @@ MESSAGE = {"model": "nobody/nothing", "max_tokens": 4, "messages": [{"role": "us
 CASES = [
     ("/v1/chat/completions", CHAT, "functions", [{"name": "f", "parameters": {}}], [], "functions"),
     ("/v1/chat/completions", CHAT, "function_call", "auto", None, "function_call"),
-    ("/v1/chat/completions", CHAT, "prediction", {"type": "content", "content": "x"}, None, "prediction"),
+    ("/v1/chat/completions", CHAT, "prediction", {"type": "file", "content": "x"}, {"type": "content", "content": "x"},
+     "prediction.type"),
     ("/v1/chat/completions", CHAT, "audio", {"voice": "alloy", "format": "wav"}, None, "audio"),
     ("/v1/chat/completions", CHAT, "modalities", ["text", "audio"], ["text"], "modalities[1]"),
     ("/v1/chat/completions", CHAT, "web_search_options", {"search_context_size": "low"}, {}, "web_search_options"),
