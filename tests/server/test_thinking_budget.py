@@ -8,16 +8,12 @@ What a held answer must be is built from the plain one: its first N tokens are t
 thoughts, then the closing run (the message and ``</think>``) is forced, and the rest is
 what the model writes after those tokens (``/completion`` on the token ids).
 """
-import io
-
 import anthropic
 import pytest
 
 from geniex.server.answering import Defaults
-from geniex.store import Store
 from serverproc import AppServer, check_shape
 
-MODEL = "test/demo-think:Q4_1"
 MESSAGES = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
 MAX = 20
 MESSAGE = " (enough)"          # the server's --reasoning-budget-message
@@ -26,10 +22,11 @@ DEFAULT_BUDGET = 7             # the server's --reasoning-budget
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tool_models):
-    data = tmp_path_factory.mktemp("think-budget")
-    Store(data).pull(MODEL, local_path=tool_models["think"], out=io.StringIO(), interactive=False)
-    with AppServer(data, defaults=Defaults(nctx=1024, reasoning_budget=DEFAULT_BUDGET,
-                                           reasoning_budget_message=MESSAGE)) as s:
+    # The model by path: a store pull would hash its 98 MB for nothing.
+    with AppServer(tmp_path_factory.mktemp("think-budget"), allow_paths=True,
+                   defaults=Defaults(nctx=1024, reasoning_budget=DEFAULT_BUDGET,
+                                     reasoning_budget_message=MESSAGE)) as s:
+        s.model = str(tool_models["think"])
         yield s
 
 
@@ -41,10 +38,10 @@ def ok(r):
 @pytest.fixture(scope="module")
 def plain(server):
     """The unheld answer's prompt and tokens: (prompt token ids, answer token ids)."""
-    prompt = ok(server.post("/apply-template", {"model": MODEL, "messages": MESSAGES}))["prompt"]
+    prompt = ok(server.post("/apply-template", {"model": server.model, "messages": MESSAGES}))["prompt"]
     assert prompt.endswith("<think>\n")
-    ids = ok(server.post("/tokenize", {"model": MODEL, "content": prompt, "add_special": True}))["tokens"]
-    answer = ok(server.post("/completion", {"model": MODEL, "prompt": ids, "n_predict": MAX, "temperature": 0,
+    ids = ok(server.post("/tokenize", {"model": server.model, "content": prompt, "add_special": True}))["tokens"]
+    answer = ok(server.post("/completion", {"model": server.model, "prompt": ids, "n_predict": MAX, "temperature": 0,
                                             "return_tokens": True}))
     assert len(answer["tokens"]) == MAX and "</think>" not in answer["content"]   # never closed by itself
     return ids, answer["tokens"]
@@ -53,15 +50,15 @@ def plain(server):
 def held(server, plain, budget, message=""):
     """(reasoning, content) the answer held to ``budget`` thought tokens must be."""
     ids, tokens = plain
-    closing = ok(server.post("/tokenize", {"model": MODEL, "content": message + "</think>"}))["tokens"]
-    thought = ok(server.post("/detokenize", {"model": MODEL, "tokens": tokens[:budget]}))["content"]
-    rest = ok(server.post("/completion", {"model": MODEL, "prompt": ids + tokens[:budget] + closing,
+    closing = ok(server.post("/tokenize", {"model": server.model, "content": message + "</think>"}))["tokens"]
+    thought = ok(server.post("/detokenize", {"model": server.model, "tokens": tokens[:budget]}))["content"]
+    rest = ok(server.post("/completion", {"model": server.model, "prompt": ids + tokens[:budget] + closing,
                                           "n_predict": MAX - budget - len(closing), "temperature": 0}))
     return thought + message, rest["content"].lstrip()
 
 
 def chat(server, **extra):
-    out = ok(server.chat({"model": MODEL, "messages": MESSAGES, "max_tokens": MAX, "temperature": 0, **extra}))
+    out = ok(server.chat({"model": server.model, "messages": MESSAGES, "max_tokens": MAX, "temperature": 0, **extra}))
     message = out["choices"][0]["message"]
     return message.get("reasoning_content") or "", message["content"], out
 
@@ -74,21 +71,21 @@ def test_a_budget_closes_the_block_after_its_tokens_and_the_model_answers(server
     # The server's default holds a request that sets none; -1 lifts it.
     assert chat(server)[:2] == held(server, plain, DEFAULT_BUDGET, MESSAGE)
     free = chat(server, thinking_budget_tokens=-1)
-    text = ok(server.post("/detokenize", {"model": MODEL, "tokens": plain[1]}))["content"]
+    text = ok(server.post("/detokenize", {"model": server.model, "tokens": plain[1]}))["content"]
     assert free[:2] == (text, "")
 
 
-@pytest.mark.parametrize("spec", [{"spec_type": "ngram-mod", "spec_ngram_n": 2, "spec_ngram_min": 1},
-                                  {"spec_type": "draft-simple", "spec_draft_model": MODEL}],
-                         ids=["ngram-mod", "draft-simple"])
-def test_a_held_answer_is_the_same_with_speculation(server, plain, spec):
+@pytest.mark.parametrize("method", ["ngram-mod", "draft-simple"])
+def test_a_held_answer_is_the_same_with_speculation(server, plain, method):
+    spec = {"spec_type": method, **({"spec_ngram_n": 2, "spec_ngram_min": 1} if method == "ngram-mod"
+                                    else {"spec_draft_model": server.model})}
     want = held(server, plain, 5, MESSAGE)
     reasoning, content, out = chat(server, thinking_budget_tokens=5, spec_draft_policy="fixed", **spec)
     assert (reasoning, content) == want
     assert out["timings"]["draft_n_accepted"] > 0          # the closing run was drafted and taken
-    if spec["spec_type"] != "ngram-mod":
+    if method != "ngram-mod":
         return                                              # streamed once: the pieces are the method's
-    events = server.stream("/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX,
+    events = server.stream("/v1/chat/completions", {"model": server.model, "messages": MESSAGES, "max_tokens": MAX,
                                                     "temperature": 0, "thinking_budget_tokens": 5,
                                                     "spec_draft_policy": "fixed", **spec})
     deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
@@ -97,13 +94,13 @@ def test_a_held_answer_is_the_same_with_speculation(server, plain, spec):
 
 
 def test_a_budget_with_a_grammar_is_refused_by_name(server):
-    r = server.chat({"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "thinking_budget_tokens": 3,
+    r = server.chat({"model": server.model, "messages": MESSAGES, "max_tokens": 4, "thinking_budget_tokens": 3,
                      "response_format": {"type": "json_object"}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "thinking_budget_tokens", r.text
-    r = server.chat({"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "thinking_budget_tokens": -2})
+    r = server.chat({"model": server.model, "messages": MESSAGES, "max_tokens": 4, "thinking_budget_tokens": -2})
     assert r.status_code == 400 and "thinking_budget_tokens" in r.text, r.text
     # The server's default budget does not hold a constrained answer: its grammar does.
-    out = ok(server.chat({"model": MODEL, "messages": MESSAGES, "max_tokens": 12, "reasoning_format": "none",
+    out = ok(server.chat({"model": server.model, "messages": MESSAGES, "max_tokens": 12, "reasoning_format": "none",
                           "response_format": {"type": "json_object"}}))
     assert out["choices"][0]["message"]["content"].lstrip().startswith("{")
 
@@ -111,7 +108,7 @@ def test_a_budget_with_a_grammar_is_refused_by_name(server):
 def test_extended_thinking_on_the_messages_api(server, plain):
     client = anthropic.Anthropic(base_url=server.url, api_key="unused")
     reasoning, content = held(server, plain, 6, MESSAGE)
-    ask = dict(model=MODEL, max_tokens=MAX, messages=MESSAGES, extra_body={"temperature": 0},
+    ask = dict(model=server.model, max_tokens=MAX, messages=MESSAGES, extra_body={"temperature": 0},
                thinking={"type": "enabled", "budget_tokens": 6})
     whole = client.messages.create(**ask)
     check_shape(whole.model_dump(exclude_none=True), "AnthropicMessage")
@@ -125,5 +122,5 @@ def test_extended_thinking_on_the_messages_api(server, plain):
     assert "thinking" in kinds and "text" in kinds
     # Without extended thinking the text is as the model wrote it, thoughts and all (held
     # by the server's default budget, so closed).
-    raw = client.messages.create(model=MODEL, max_tokens=MAX, messages=MESSAGES, extra_body={"temperature": 0})
+    raw = client.messages.create(model=server.model, max_tokens=MAX, messages=MESSAGES, extra_body={"temperature": 0})
     assert [b.type for b in raw.content] == ["text"] and "</think>" in raw.content[0].text
