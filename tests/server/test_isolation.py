@@ -79,6 +79,26 @@ def test_a_worker_killed_under_a_plain_request_is_a_502(server):
     assert server.chat(chat_body(max_tokens=2)).status_code == 200
 
 
+def test_an_answer_cancelled_before_the_worker_starts_it_does_not_run(server):
+    # The server sends a run and then its cancel (a client gone, or a stop signal, just
+    # as the answer was handed to the worker); the worker's reader may read the cancel
+    # before its main thread has started the run. It must still stop the run before
+    # its first prompt chunk (it used to be dropped: the whole prompt and answer ran,
+    # and a stopping server waited 30 s for them, then killed the worker).
+    from geniex.engine.loop import GenOptions
+    from geniex.engine.sampling import SamplingParams
+    from geniex.engine.tasks import CompletionTask
+    from geniex.errors import Cancelled
+    assert server.chat(chat_body(max_tokens=1)).status_code == 200          # resident, idle
+    session = server.cache._session
+    for _ in range(3):                  # the race is the usual case; three tries make it sure
+        task = CompletionTask(prompt="word " * 1100, options=GenOptions(max_tokens=50, sampling=SamplingParams()))
+        with pytest.raises(Cancelled) as e:
+            list(session.run(task, cancel=lambda: True))
+        assert e.value.done == 0 and e.value.total > 1000, e.value
+    assert server.chat(chat_body(max_tokens=2)).status_code == 200
+
+
 # -- a model that aborts llama.cpp ---------------------------------------------------------
 def _spm_mutant(dest):
     """The demo model with ``tokenizer.ggml.model = "llama"``: a SentencePiece vocabulary
