@@ -475,6 +475,10 @@ class _Worker:
         self.session = None
         self.current = None             # the run id being answered
         self.cancel = threading.Event()
+        # A cancel can be read before the main thread starts its run (the server sends
+        # both back to back): kept here until that run starts, under the lock.
+        self.early = None
+        self._lock = threading.Lock()
 
     def read(self, stdin):
         """The reader thread: a cancel acts at once, other commands queue for the main
@@ -491,8 +495,11 @@ class _Worker:
                 threading.Timer(CLOSE_WAIT, os._exit, (0,)).start()
                 return
             if message[0] == "cancel":
-                if message[1] == self.current:
-                    self.cancel.set()
+                with self._lock:
+                    if message[1] == self.current:
+                        self.cancel.set()
+                    else:
+                        self.early = message[1]     # its run is queued, not started yet
                 continue
             self.commands.put(message)
 
@@ -540,8 +547,12 @@ class _Worker:
 
     def run(self, run_id, task, timeout):
         from geniex.engine import tasks
-        self.cancel.clear()
-        self.current = run_id
+        with self._lock:
+            self.cancel.clear()
+            self.current = run_id
+            if self.early == run_id:
+                self.cancel.set()
+            self.early = None
         deadline = None if timeout is None else time.monotonic() + timeout
         over = []
 

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from awaiting import queued, until
+from geniex.engine.session import N_BATCH
 from serverproc import DEMO, AppServer, Server, chat_body, check_shape
 
 KEY = "sekrit-key"
@@ -251,9 +252,10 @@ def test_a_full_queue_answers_503_with_retry_after(plain):
 
 def test_a_client_that_leaves_during_its_prompt_stops_the_work(plain):
     # In process, the server's log is this process's: the test reads it as the user would.
-    plain.chat(chat_body(nctx=2048, messages=[]))                   # load with room for the prompt
-    prompt = " ".join(f"item {i} weighs {i * 7 % 13} grams." for i in range(150))   # ~1450 tokens
-    body = json.dumps(chat_body(prompt, nctx=2048, max_tokens=1, stream=True)).encode()
+    # The server's own context (1,024 cells: no reload) and a prompt of two 512-token chunks.
+    plain.chat(chat_body(messages=[]))                               # the model resident first
+    prompt = " ".join(f"item {i} weighs {i * 7 % 13} grams." for i in range(95))    # ~930 tokens
+    body = json.dumps(chat_body(prompt, max_tokens=1, stream=True)).encode()
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body))
     host, port = plain.host.split(":")
@@ -265,8 +267,8 @@ def test_a_client_that_leaves_during_its_prompt_stops_the_work(plain):
     stopped = re.compile(r"request cancelled .* while its prompt was processed; stopped after (\d+) of (\d+) prompt tokens")
     until(lambda: stopped.search(plain.stderr), timeout=180, what="the cancellation in the log")
     done, total = map(int, stopped.search(plain.stderr).groups())
-    assert done < total and total > 1000
-    r = plain.chat(chat_body(nctx=2048, max_tokens=2))              # and the server answers again
+    assert done < total and total > N_BATCH                            # more than one chunk, not all of it
+    r = plain.chat(chat_body(max_tokens=2))                          # and the server answers again
     assert r.status_code == 200, r.text
 
 

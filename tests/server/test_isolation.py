@@ -3,6 +3,7 @@ worker that dies ends its request with a clear error and the server answers the 
 one; a model that aborts llama.cpp is a load error; a request over its time budget
 ends with finish_reason ``length`` (or a 504); the queue's wait is visible; and slow,
 never-reading or flooding clients cannot hold the server (geniex.server.serving)."""
+import io
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 import requests
 
 from awaiting import until
+from geniex.store import Store
 from serverproc import DEMO, ROOT, AppServer, Server, chat_body, check_shape
 
 sys.path.insert(0, str(ROOT / "tools" / "reliability"))
@@ -79,6 +81,26 @@ def test_a_worker_killed_under_a_plain_request_is_a_502(server):
     assert server.chat(chat_body(max_tokens=2)).status_code == 200
 
 
+def test_an_answer_cancelled_before_the_worker_starts_it_does_not_run(server):
+    # The server sends a run and then its cancel (a client gone, or a stop signal, just
+    # as the answer was handed to the worker); the worker's reader may read the cancel
+    # before its main thread has started the run. It must still stop the run before
+    # its first prompt chunk (it used to be dropped: the whole prompt and answer ran,
+    # and a stopping server waited 30 s for them, then killed the worker).
+    from geniex.engine.loop import GenOptions
+    from geniex.engine.sampling import SamplingParams
+    from geniex.engine.tasks import CompletionTask
+    from geniex.errors import Cancelled
+    assert server.chat(chat_body(max_tokens=1)).status_code == 200          # resident, idle
+    session = server.cache._session
+    for _ in range(3):                  # the race is the usual case; three tries make it sure
+        task = CompletionTask(prompt="word " * 1100, options=GenOptions(max_tokens=50, sampling=SamplingParams()))
+        with pytest.raises(Cancelled) as e:
+            list(session.run(task, cancel=lambda: True))
+        assert e.value.done == 0 and e.value.total > 1000, e.value
+    assert server.chat(chat_body(max_tokens=2)).status_code == 200
+
+
 # -- a model that aborts llama.cpp ---------------------------------------------------------
 def _spm_mutant(dest):
     """The demo model with ``tokenizer.ggml.model = "llama"``: a SentencePiece vocabulary
@@ -91,11 +113,12 @@ def _spm_mutant(dest):
     return dest
 
 
-def test_a_model_that_aborts_llamacpp_is_a_load_error_and_the_server_stays_up(tmp_path, data_dir, cli):
+def test_a_model_that_aborts_llamacpp_is_a_load_error_and_the_server_stays_up(tmp_path, data_dir):
     from geniex.llama.gguf_file import read_header
     bad = _spm_mutant(tmp_path / "spm.gguf")
     read_header(bad)        # the premise: our validator passes it (llama.cpp is left to abort)
-    assert cli("pull", "org/aborts", "--local-path", str(bad)).returncode == 0
+    # Stored in process (what `geniex pull --local-path` does; the CLI's pull is tests/store's).
+    Store(data_dir).pull("org/aborts", local_path=bad, out=io.StringIO(), interactive=False)
     with AppServer(data_dir, nctx=512) as s:
         r = s.chat(chat_body(model="org/aborts", max_tokens=2))
         assert r.status_code == 422, r.text
@@ -245,12 +268,14 @@ def test_a_long_array_is_refused_before_the_schema_check(server):
 
 # -- shutdown ----------------------------------------------------------------------------
 def test_sigterm_during_a_long_prompt_cancels_it_between_chunks_and_the_client_gets_an_answer(tmp_path):
-    s = Server(tmp_path, "--nctx", 4096)
+    # A prompt of three 512-token chunks (it was 3,400 tokens): the signal lands while
+    # one is decoded, or before the first, and the prompt stops before the next.
+    s = Server(tmp_path, "--nctx", 2048)
     try:
         assert s.chat({"model": DEMO, "messages": []}).status_code == 200
         box = []
         import threading
-        t = threading.Thread(target=lambda: box.append(s.chat(chat_body("word " * 3400, max_tokens=50))))
+        t = threading.Thread(target=lambda: box.append(s.chat(chat_body("word " * 1400, max_tokens=50))))
         t.start()
         until(lambda: s.health()["idle_seconds"] is None, what="the prompt to be decoded")
         s.proc.send_signal(signal.SIGTERM)

@@ -23,6 +23,10 @@ from serverproc import DEMO, AppServer, check_shape
 VARIANT = "test/demo-embed-fim:Q4_1"
 REPEAT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
 SPEC = {"spec_type": "ngram-mod", "spec_draft_policy": "fixed"}
+# Both kinds of drafter in one setup: the n-gram drafts where the answer repeats, the
+# draft model (the demo model itself) where it finds none.
+CHAIN = {"spec_type": "ngram-mod,draft-simple", "spec_draft_model": DEMO, "spec_n_max": 4, "spec_n_min": 1,
+         "spec_draft_policy": "fixed"}
 
 
 @pytest.fixture(scope="module")
@@ -113,27 +117,37 @@ def test_v1_completions_honours_n_predict_and_token_prompts(server):
 # and still take fewer steps than plain decoding; each further token is one more decode in
 # every one of the checks' ~60 answers.
 ANSWER = 16
+# The routes' answers are shorter: what they check is each route's way to the engine (the
+# sampling verify step is checked on 16-token answers below); 12 greedy tokens of the
+# repeat still take several accepted drafts and fewer steps, which each one must show.
+ROUTE_ANSWER = 12
+KEEP = {"GenieX-KeepCache": "true"}
 
 
 def _decode(server, route, spec):
-    """(text, timings) of one greedy answer of the repeat prompt on ``route``."""
+    """(text, timings) of one answer of the repeat prompt on ``route``, of ROUTE_ANSWER
+    tokens. The prompt stays in the KV cache for the next answer (``GenieX-KeepCache``):
+    the two completion routes share theirs, and the three chat routes render the same
+    one, so a load decodes each once instead of once per answer."""
+    n, raw, chat = ROUTE_ANSWER, REPEAT + "\n" + REPEAT[16:], [{"role": "user", "content": REPEAT}]
+    post = lambda body: ok(server.post(route, {**body, **spec}, headers=KEEP))      # noqa: E731
     if route == "/completion":
-        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": ANSWER, **spec}))
+        body = post({"prompt": raw, "n_predict": n})
         return body["content"], body["timings"]
     if route == "/v1/completions":
-        body = ok(server.post(route, {"prompt": REPEAT + "\n" + REPEAT[16:], "max_tokens": ANSWER, **spec}))
+        body = post({"prompt": raw, "max_tokens": n})
         return body["choices"][0]["text"], body["timings"]
     if route == "/chat/completions":
-        body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": ANSWER, **spec}))
+        body = post({"messages": chat, "max_tokens": n})
         return body["choices"][0]["message"]["content"], body["timings"]
     if route == "/infill":
-        body = ok(server.post(route, {"model": VARIANT, "input_prefix": REPEAT, "input_suffix": "",
-                                      "prompt": REPEAT[16:40], "n_predict": ANSWER, **spec}))
+        body = post({"model": VARIANT, "input_prefix": REPEAT, "input_suffix": "", "prompt": REPEAT[16:40],
+                     "n_predict": n})
         return body["content"], body["timings"]
     if route == "/v1/responses":
-        body = ok(server.post(route, {"input": REPEAT, "max_output_tokens": ANSWER, **spec}))
+        body = post({"input": REPEAT, "max_output_tokens": n})
         return body["output"][0]["content"][0]["text"], body["timings"]
-    body = ok(server.post(route, {"messages": [{"role": "user", "content": REPEAT}], "max_tokens": ANSWER, **spec}))
+    body = post({"messages": chat, "max_tokens": n})
     return body["content"][0]["text"], body["timings"]
 
 
@@ -163,6 +177,8 @@ def test_every_decoding_route_gives_the_same_tokens_with_speculation(server):
         assert plain_timings["draft_n"] == 0, (route, name)
         assert timings["draft_n"] > 0 and timings["draft_n_accepted"] > 0, (route, name)
         assert timings["steps"] < plain_timings["steps"], (route, name)
+        # each route's seeded answer came after its greedy one and reused its prompt
+        assert name == "greedy" or plain_timings["cache_n"] > 0, (route, plain_timings)
 
 
 # -- tokenize, detokenize, apply-template, props, slots ----------------------------------------
@@ -246,8 +262,7 @@ def test_metrics_histogram_per_method_with_two_drafters(server):
     def total(samples, name):
         return next(s.value for s in samples if s.name == name and not s.labels)
 
-    both = {"n_predict": 24, "spec_type": "ngram-mod,draft-simple", "spec_draft_model": DEMO, "spec_n_max": 4,
-            "spec_n_min": 1, "spec_draft_policy": "fixed"}
+    both = {"n_predict": 24, **CHAIN}
     before = scrape()
     # the n-gram drafts a repeat; a new text has no n-gram to follow, so the draft model drafts
     t = {"draft_n": 0}
@@ -638,12 +653,26 @@ SAMPLERS = {
 }
 
 
-@resident("demo ngram-mod")
+def _drafted_by_method(server):
+    """{method: (draft tokens, accepted tokens)} so far, from /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+    samples = [s for f in text_string_to_metric_families(server.get("/metrics").text) for s in f.samples
+               if s.labels.get("method") and "le" not in s.labels]
+    count = lambda name, method: next((s.value for s in samples if s.name == name and s.labels["method"] == method), 0)
+    return {m: (count("geniex:spec_decode_num_draft_tokens_total", m),
+                count("geniex:spec_decode_num_accepted_tokens_total", m)) for m in ("ngram-mod", "draft-simple")}
+
+
+@resident("demo ngram-mod,draft-simple")
 def test_every_sampler_samples_the_same_with_speculation(server):
-    """Every sampler's plain answer first, then every one with each drafting method: two
-    model loads, not two per sampler (a plain /completion takes any resident setup)."""
+    """Every sampler's plain answer first, then every one speculatively on the setup the
+    histogram test loads (no load of its own; a plain /completion takes any resident
+    setup): both kinds of drafter in one chain, so each answer verifies drafts of either
+    kind, and over the samplers both kinds draft and get tokens accepted (the verify step
+    that samples is the same whoever drafted). The prompt stays in the KV cache between
+    the answers (``cache_prompt``): decoded once per load, not once per answer."""
     bases = {name: {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": ANSWER, "temperature": 0.8, "seed": 11,
-                    "return_tokens": True, **fields} for name, fields in SAMPLERS.items()}
+                    "return_tokens": True, "cache_prompt": True, **fields} for name, fields in SAMPLERS.items()}
     plain = {name: ok(server.post("/completion", body)) for name, body in bases.items()}
     for name, fields in SAMPLERS.items():
         for field, value in fields.items():
@@ -652,10 +681,15 @@ def test_every_sampler_samples_the_same_with_speculation(server):
             if switch in fields:                         # it did run: without it the answer differs
                 off = ok(server.post("/completion", {**bases[name], switch: 0.0}))
                 assert off["tokens"] != plain[name]["tokens"], name
-    for spec in (SPEC, {"spec_type": "draft-simple", "spec_draft_model": DEMO, "spec_draft_policy": "fixed"}):
-        for name, body in bases.items():
-            same = ok(server.post("/completion", {**body, **spec}))
-            assert same["tokens"] == plain[name]["tokens"] and same["timings"]["draft_n"] > 0, (name, spec)
+    before = _drafted_by_method(server)
+    for name, body in bases.items():
+        same = ok(server.post("/completion", {**body, **CHAIN}))
+        assert same["tokens"] == plain[name]["tokens"], name
+        assert same["timings"]["draft_n"] > 0 and same["timings"]["draft_n_accepted"] > 0, name
+    after = _drafted_by_method(server)
+    for method in after:
+        drafted, accepted = (a - b for a, b in zip(after[method], before[method]))
+        assert drafted > 0 and accepted > 0, (method, before, after)
 
 
 def test_serve_refuses_a_default_model_it_cannot_find(cli):

@@ -161,12 +161,12 @@ def test_keepalive_frees_an_idle_model(server):
     pid = server.health()["worker_pid"]
     keepalive = server.cache.keepalive
     try:
-        server.cache.keepalive = 1                      # as `geniex serve --keepalive 1`
+        server.cache.keepalive = 0.25                   # as `geniex serve --keepalive 0.25`
         server.cache._wake.set()                        # the idle clock reads it anew
         until(lambda: server.health()["model"] is None, what="the keepalive to free the model")
     finally:
         server.cache.keepalive = keepalive
-    assert "freeing demo/SmolLM2-135M-Instruct:Q4_1 (idle for 1 s)" in server.stderr
+    assert "freeing demo/SmolLM2-135M-Instruct:Q4_1 (idle for 0.25 s)" in server.stderr
     assert until(lambda: not _running(pid), what="the freed model's worker process to end")
     # Asked again, it is loaded again (in a new worker: the freed one gave its memory back).
     assert server.chat(chat_body(max_tokens=1)).status_code == 200
