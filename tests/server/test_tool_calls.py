@@ -57,8 +57,17 @@ def server(tmp_path_factory, tool_models):
         yield s
 
 
+# The requests of one family share their system turn, tools and often the whole prompt
+# (raw, whole and streamed answers to it): each reuses the KV cache's prefix of the one
+# before (``cache_prompt``, as llama.cpp's server does by default) instead of decoding
+# the prompt again. A continued prefix gives the tokens a fresh prefill does (a batch
+# row's logits are a one-row decode's, with the default q8_0 cache: what speculative
+# identity rests on); these tests are about what the parsers make of the answer.
+CACHE = {"cache_prompt": True}
+
+
 def body(family, text, **extra):
-    return {"model": name(family), "max_tokens": 80, "tools": TOOLS,
+    return {"model": name(family), "max_tokens": 80, "tools": TOOLS, **CACHE,
             "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK + text}], **extra}
 
 
@@ -71,7 +80,7 @@ def raw_answer(server, request):
     """What the model writes for ``request``'s prompt, unparsed: the template's prompt
     (with the tools) continued as a raw completion."""
     prompt = ok(server.post("/apply-template", request))["prompt"]
-    return ok(server.post("/v1/completions", {"model": request["model"], "prompt": prompt,
+    return ok(server.post("/v1/completions", {"model": request["model"], "prompt": prompt, **CACHE,
                                                "max_tokens": request["max_tokens"]}))["choices"][0]["text"]
 
 
@@ -264,7 +273,7 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 REQUIRED = {"max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION, "parallel_tool_calls": False,
-            "tool_choice": "required"}
+            "tool_choice": "required", **CACHE}
 
 
 @pytest.fixture(scope="module")
