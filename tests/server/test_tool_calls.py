@@ -334,7 +334,7 @@ def test_openai_sdk_gets_tool_calls(server):
     text, expected = CASES["qwen3"]
     request = body("qwen3", text)
     completion = client.chat.completions.create(model=request["model"], messages=request["messages"],
-                                                tools=TOOLS, max_tokens=80)
+                                                tools=TOOLS, max_tokens=80, extra_body=CACHE)
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == expected
@@ -342,7 +342,7 @@ def test_openai_sdk_gets_tool_calls(server):
     calls = {}
     finish = None
     with client.chat.completions.stream(model=request["model"], messages=request["messages"], tools=TOOLS,
-                                        max_tokens=80) as stream:
+                                        max_tokens=80, extra_body=CACHE) as stream:
         for event in stream:
             if event.type == "tool_calls.function.arguments.done":
                 calls[event.index] = (event.name, json.loads(event.arguments))
