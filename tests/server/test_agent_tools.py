@@ -8,17 +8,15 @@ return the calls the chat route returns for the same conversation, streamed or w
 and a conversation that sends them back with their results must make the same prompt
 as its chat form (same prompt tokens, same answer).
 """
-import io
 import json
 
 import anthropic
 import openai
 import pytest
 
-from geniex.store import Store
 from serverproc import AppServer
 
-MODEL = "test/demo-qwen3:Q4_1"
+MODEL = None            # the qwen3 tool model's path, set by the server fixture (requests name the file)
 SYSTEM = "You repeat the user's text exactly, nothing else."
 ASK = ("Repeat the following text exactly, with nothing before it:\n"
        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
@@ -32,11 +30,19 @@ ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather of a city", "
 RESULTS = ["18 C, sunny", "21 C, cloudy"]
 
 
+# Every request keeps the KV cache of the one before: they share the system turn, the
+# tools and the ask (whole and streamed answers to the same prompt), so each decodes only
+# what its prompt adds. A continued prefix gives the tokens a fresh prefill does (a batch
+# row's logits are a one-row decode's with the default q8_0 cache); these tests are
+# about how the APIs carry the calls.
+KEEP = {"GenieX-KeepCache": "true"}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tool_models):
-    data = tmp_path_factory.mktemp("agent-tools")
-    Store(data).pull(MODEL, local_path=tool_models["qwen3"], out=io.StringIO(), interactive=False)
-    with AppServer(data, nctx=2048) as s:
+    global MODEL
+    MODEL = str(tool_models["qwen3"])
+    with AppServer(tmp_path_factory.mktemp("agent-tools"), nctx=2048, allow_paths=True) as s:
         yield s
 
 
@@ -54,13 +60,13 @@ def followup(server):
     messages = ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK},
                  {"role": "assistant", "content": "", "tool_calls": calls}]
                 + [{"role": "tool", "tool_call_id": f"call_{i}", "content": r} for i, r in enumerate(RESULTS)])
-    answer = ok(server.chat({"model": MODEL, "messages": messages, "tools": CHAT_TOOLS, "max_tokens": 1}))
+    answer = ok(server.chat({"model": MODEL, "messages": messages, "tools": CHAT_TOOLS, "max_tokens": 1}, headers=KEEP))
     assert answer["choices"][0]["message"]["content"]
     return answer["choices"][0]["message"]["content"], answer["usage"]["prompt_tokens"]
 
 
 def test_responses_api_returns_and_takes_function_calls(server, followup):
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", default_headers=KEEP)
     resp = client.responses.create(model=MODEL, instructions=SYSTEM, input=ASK, tools=OPENAI_TOOLS,
                                    max_output_tokens=80)
     calls = [o for o in resp.output if o.type == "function_call"]
@@ -86,7 +92,7 @@ def test_responses_api_returns_and_takes_function_calls(server, followup):
 
 
 def test_messages_api_returns_and_takes_tool_use(server, followup):
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused")
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", default_headers=KEEP)
     msg = client.messages.create(model=MODEL, system=SYSTEM, max_tokens=80, tools=ANTHROPIC_TOOLS,
                                  messages=[{"role": "user", "content": ASK}])
     assert [(b.name, b.input) for b in msg.content if b.type == "tool_use"] == CALLS

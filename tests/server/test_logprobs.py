@@ -13,6 +13,7 @@ import requests
 from serverproc import DEMO, AppServer, chat_body, check_shape
 
 REPEAT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
+LOOP = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
 TOL = 1e-4                      # verify rows and one-row decodes agree to float tolerance
 
 
@@ -97,13 +98,18 @@ def test_openai_sdk_reads_logprobs(server):
 
 
 SAMPLINGS = {"greedy": {}, "seeded": {"temperature": 0.9, "seed": 11, "top_k": 40}}
-SPECS = {"ngram-mod": {"spec_type": "ngram-mod"},
-         "draft-simple": {"spec_type": "draft-simple", "spec_draft_model": DEMO}}
+# ngram-mod last: test_completions_legacy_logprobs runs next (the same resident group,
+# tests/server/conftest.py) and drafts with the same setup, so it loads nothing.
+SPECS = {"draft-simple": {"spec_type": "draft-simple", "spec_draft_model": DEMO},
+         "ngram-mod": {"spec_type": "ngram-mod"}}
+NGRAM = {**SPECS["ngram-mod"], "spec_draft_policy": "fixed"}
 
 
+@pytest.mark.resident("speculative")
 def test_speculation_does_not_change_logprobs(server):
-    """Each drafting method, greedy and seeded: the plain answers first, then each
-    method's (three model loads, not two per method and sampling)."""
+    """Each drafting method, greedy and seeded: the plain answers first (on the demo model
+    the plain tests left resident), then each method's (two model loads, not two per
+    method and sampling)."""
     # 24 tokens: the repeat is drafted from its first tokens on, so every method's drafts
     # are accepted (checked below) well within them.
     bodies = {name: chat_body(REPEAT, max_tokens=24, logprobs=True, top_logprobs=4, **sampling)
@@ -120,6 +126,7 @@ def test_speculation_does_not_change_logprobs(server):
         check_entries(content_of(plain[name]), 4, greedy=name == "greedy")
 
 
+@pytest.mark.resident("tiny")
 def test_speculation_does_not_change_logprobs_with_draft_mtp(server, tiny):
     target, assistant = tiny["aligned"]
     body = {"model": str(target), "messages": [{"role": "user", "content": "The capital of France is"}],
@@ -131,7 +138,10 @@ def test_speculation_does_not_change_logprobs_with_draft_mtp(server, tiny):
     same_values(content_of(spec), content_of(plain))
 
 
+@pytest.mark.resident("speculative")
 def test_completions_legacy_logprobs(server):
+    # Right after the speculation test: a completion that asks for no drafting takes the
+    # resident n-gram session as it is, and the drafted one below has its setup (NGRAM).
     body = {"model": DEMO, "prompt": "The capital of France is", "max_tokens": 8, "logprobs": 3}
     r = ok(server.post("/v1/completions", body))
     check_shape(r, "Completion")
@@ -145,9 +155,12 @@ def test_completions_legacy_logprobs(server):
     assert sum((p["tokens"] for p in parts), []) == lp["tokens"]
     assert sum((p["text_offset"] for p in parts), []) == lp["text_offset"]
     assert sum((p["token_logprobs"] for p in parts), []) == pytest.approx(lp["token_logprobs"], abs=TOL)
-    spec = ok(server.post("/v1/completions", {**body, "prompt": REPEAT, "max_tokens": 30, "spec_type": "ngram-mod",
-                                              "spec_draft_policy": "fixed"}))
-    plain = ok(server.post("/v1/completions", {**body, "prompt": REPEAT, "max_tokens": 30}))
+    # A raw prompt the model continues by repeating it, so the n-gram drafts are accepted
+    # (and one rejected) within 16 tokens; REPEAT's continuation here is not a repeat
+    # (one draft, none accepted in 30 tokens).
+    spec = ok(server.post("/v1/completions", {**body, "prompt": LOOP, "max_tokens": 16, **NGRAM}))
+    plain = ok(server.post("/v1/completions", {**body, "prompt": LOOP, "max_tokens": 16}))
+    assert spec["usage"]["timings"]["draft_n_accepted"] > 0 == plain["usage"]["timings"]["draft_n"]
     assert spec["choices"][0]["logprobs"]["tokens"] == plain["choices"][0]["logprobs"]["tokens"]
     assert spec["choices"][0]["logprobs"]["token_logprobs"] == pytest.approx(
         plain["choices"][0]["logprobs"]["token_logprobs"], abs=TOL)

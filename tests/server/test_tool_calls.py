@@ -6,14 +6,12 @@ format (greedy, so it answers the same every run); the server's answer must be e
 what the family's parser makes of the raw text the model wrote for the same prompt
 (``/apply-template`` then ``/v1/completions``), and hold the call that was asked for.
 """
-import io
 import json
 
 import openai
 import pytest
 
 from geniex.engine import toolcalls
-from geniex.store import Store
 from serverproc import AppServer, check_shape
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
@@ -45,22 +43,31 @@ resident = pytest.mark.resident
 BY_FAMILY = [pytest.param(family, marks=resident(family)) for family in sorted(CASES)]
 
 
+MODELS = {}         # family -> the model's path (requests name the files: no store copies to hash)
+
+
 def name(family):
-    return f"test/demo-{family}:Q4_1"
+    return MODELS[family]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tool_models):
-    data = tmp_path_factory.mktemp("tool-calls")
-    store = Store(data)
-    for family, path in tool_models.items():
-        store.pull(name(family), local_path=path, out=io.StringIO(), interactive=False)
-    with AppServer(data, nctx=2048) as s:
+    MODELS.update({family: str(path) for family, path in tool_models.items()})
+    with AppServer(tmp_path_factory.mktemp("tool-calls"), nctx=2048, allow_paths=True) as s:
         yield s
 
 
+# The requests of one family share their system turn, tools and often the whole prompt
+# (raw, whole and streamed answers to it): each reuses the KV cache's prefix of the one
+# before (``cache_prompt``, as llama.cpp's server does by default) instead of decoding
+# the prompt again. A continued prefix gives the tokens a fresh prefill does (a batch
+# row's logits are a one-row decode's, with the default q8_0 cache: what speculative
+# identity rests on); these tests are about what the parsers make of the answer.
+CACHE = {"cache_prompt": True}
+
+
 def body(family, text, **extra):
-    return {"model": name(family), "max_tokens": 80, "tools": TOOLS,
+    return {"model": name(family), "max_tokens": 80, "tools": TOOLS, **CACHE,
             "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK + text}], **extra}
 
 
@@ -73,7 +80,7 @@ def raw_answer(server, request):
     """What the model writes for ``request``'s prompt, unparsed: the template's prompt
     (with the tools) continued as a raw completion."""
     prompt = ok(server.post("/apply-template", request))["prompt"]
-    return ok(server.post("/v1/completions", {"model": request["model"], "prompt": prompt,
+    return ok(server.post("/v1/completions", {"model": request["model"], "prompt": prompt, **CACHE,
                                                "max_tokens": request["max_tokens"]}))["choices"][0]["text"]
 
 
@@ -265,20 +272,37 @@ TWO_TOOLS = TOOLS + [{"type": "function", "function": {
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
+REQUIRED = {"max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION, "parallel_tool_calls": False,
+            "tool_choice": "required", **CACHE}
+
+
+@pytest.fixture(scope="module")
+def required_answers(server):
+    """family -> the whole answer to REQUIRED (plain decoding), each made once: the
+    enforcement test checks it and the speculation test compares with qwen3's, which is
+    then made while the plain qwen3 model is resident (not one reload more)."""
+    answers = {}
+
+    def answer(family):
+        if family not in answers:
+            answers[family] = ok(server.chat({**REQUIRED, "model": name(family)}))
+        return answers[family]
+    return answer
+
+
 @pytest.mark.parametrize("family", BY_FAMILY)
-def test_required_and_named_choices_are_enforced(server, family):
+def test_required_and_named_choices_are_enforced(server, required_answers, family):
     """``required`` answered whole, the named choice streamed: each choice is enforced by
     the family's grammar in the worker, the same for either delivery (a stream's calls
     are put back together by the same parser as a whole answer's, which
     test_each_family_s_calls_are_parsed_from_the_answer checks per family), so one
     answer per choice checks both choices and both deliveries."""
-    base = {"model": name(family), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
-            "parallel_tool_calls": False}
-    answer = ok(server.chat({**base, "tool_choice": "required"}))["choices"][0]
+    answer = required_answers(family)["choices"][0]
     assert answer["finish_reason"] == "tool_calls", answer
     required = calls_of(answer["message"])
     named = {"type": "function", "function": {"name": "get_time"}}
-    _, _, forced, s_finish = streamed(server.stream("/v1/chat/completions", {**base, "tool_choice": named}))
+    _, _, forced, s_finish = streamed(server.stream("/v1/chat/completions",
+                                                    {**REQUIRED, "model": name(family), "tool_choice": named}))
     assert s_finish == "tool_calls"
     for calls, names in ((required, {"get_weather", "get_time"}), (forced, {"get_time"})):
         assert len(calls) == 1 and calls[0][0] in names, calls
@@ -287,13 +311,15 @@ def test_required_and_named_choices_are_enforced(server, family):
 
 
 @resident("qwen3 ngram-mod")
-def test_enforced_calls_are_the_same_with_speculation(server):
+def test_enforced_calls_are_the_same_with_speculation(server, required_answers):
     # The grammar constrains every verify row: drafting changes nothing in the answer.
-    base = {"model": name("qwen3"), "max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION,
-            "tool_choice": "required"}
-    plain = ok(server.chat(base))["choices"][0]["message"]
-    drafted = ok(server.chat({**base, "spec_type": "ngram-mod", "spec_draft_policy": "fixed"}))["choices"][0]["message"]
-    assert calls_of(drafted) == calls_of(plain) and drafted["content"] == plain["content"]
+    # The plain answer is the enforcement test's (made while plain qwen3 was resident).
+    plain = required_answers("qwen3")
+    drafted = ok(server.chat({**REQUIRED, "model": name("qwen3"), "spec_type": "ngram-mod",
+                              "spec_draft_policy": "fixed"}))
+    assert calls_of(drafted["choices"][0]["message"]) == calls_of(plain["choices"][0]["message"])
+    assert drafted["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert drafted["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 0     # it did draft
 
 
 def test_enable_think_and_kwargs_that_disagree_are_a_400(server):
@@ -308,7 +334,7 @@ def test_openai_sdk_gets_tool_calls(server):
     text, expected = CASES["qwen3"]
     request = body("qwen3", text)
     completion = client.chat.completions.create(model=request["model"], messages=request["messages"],
-                                                tools=TOOLS, max_tokens=80)
+                                                tools=TOOLS, max_tokens=80, extra_body=CACHE)
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == expected
@@ -316,7 +342,7 @@ def test_openai_sdk_gets_tool_calls(server):
     calls = {}
     finish = None
     with client.chat.completions.stream(model=request["model"], messages=request["messages"], tools=TOOLS,
-                                        max_tokens=80) as stream:
+                                        max_tokens=80, extra_body=CACHE) as stream:
         for event in stream:
             if event.type == "tool_calls.function.arguments.done":
                 calls[event.index] = (event.name, json.loads(event.arguments))
