@@ -9,11 +9,13 @@ from identity import AT_DEFAULTS, LAYOUT, Bench, fixed, inventory_line, inventor
 
 @pytest.fixture(scope="session")
 def long_bench(demo_model):
-    """Plain and speculative sessions at the shipped defaults (every core, q8_0 KV cache),
-    nctx 2048; the speculative one loaded as ngram-mod at its defaults, the other methods
-    drafting fixed lengths."""
+    """A speculative session at the shipped defaults (every core, q8_0 KV cache), nctx
+    2048, loaded as ngram-mod at its defaults, the other methods drafting fixed lengths;
+    the plain references are its own answers with ``speculative=False`` on the prompt it
+    holds (the ~1,000-token prefill is the costliest part of these tests: one load and one
+    prefill for both sides, see tests/support/identity.py)."""
     bench = Bench(demo_model, 2048, AT_DEFAULTS, SpecOptions(types=("ngram-mod",)),
-                  lambda method: fixed(method, demo_model))
+                  lambda method: fixed(method, demo_model), separate_plain=False)
     bench.check_defaults()
     bench.size_by_quiet_curve()             # ngram-mod at its defaults: a quiet machine's curve
     yield bench
@@ -24,5 +26,5 @@ def long_bench(demo_model):
 def long_prompts(long_bench):
     """The inventory ending where :data:`identity.LAYOUT` says, before 512 and before
     1,024: the shorter is the start of the longer."""
-    tokens = inventory_tokens(long_bench.plain, max(n for n, _ in LAYOUT.values()), inventory_line)
+    tokens = inventory_tokens(long_bench.spec, max(n for n, _ in LAYOUT.values()), inventory_line)
     return {name: tokens[:n] for name, (n, _) in LAYOUT.items()}

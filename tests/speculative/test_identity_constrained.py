@@ -81,7 +81,8 @@ def test_every_method_is_plain_constrained_decoding(long_bench, prompt, method, 
 def test_forced_drafts_alone_are_plain_constrained_decoding(long_bench, prompt, sname):
     """A session with no drafter: the forced runs are the only drafts."""
     want = reference(long_bench, prompt, sname)
-    tokens, stats, steps = answer(long_bench.plain, prompt, SAMPLINGS[sname])
+    with long_bench.without_drafter() as session:
+        tokens, stats, steps = answer(session, prompt, SAMPLINGS[sname])
     check(tokens, want, f"forced drafts alone, {sname}")
     assert {s.method for s in steps if s.drafted} == {"forced"}
     # The schema forces most of an inventory's bytes: most steps commit several tokens.

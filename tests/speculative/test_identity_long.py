@@ -8,11 +8,11 @@ decodes and batches, q8_0 KV cache) with answers that start before position 512 
 1,024 and run 16 tokens past it (identity.LAYOUT), greedy and seeded, and require the plain
 answer token for token.
 
-The sessions are the identity bench (tests/support/identity.py, tests/speculative/
+The session is the identity bench (tests/support/identity.py, tests/speculative/
 conftest.py), shared with test_identity_constrained: the 1,020-token inventory is
-prefilled once by the plain session and once by the speculative one, and every answer
-reuses it from the KV cache (the shorter prompt is its start), as ``geniex infer`` does
-when asked again. Every answer to the longer prompt comes first (the tests of each
+prefilled once, and every answer, plain (``speculative=False``) and speculative, reuses
+it from the KV cache (the shorter prompt is its start), as ``geniex infer`` does when
+asked again. Every answer to the longer prompt comes first (the tests of each
 position run in file order), so that no answer to the shorter one makes the longer
 prefilled again. Each answer's first token is still decoded by a verify step.
 """
@@ -60,7 +60,7 @@ def q4_0_answers(demo_q4_0, long_prompts):
     (plain and speculative sessions of the same load prefill the same bits; a second
     session cost a load and a second 1,020-token prefill). What this test is about is the
     Q4_0 weights' verify rows against their one-row decodes; that a speculative load sets
-    up its context as a plain one does is proved on the bench's two sessions above. The
+    up its context as a plain one does is proved by test_speculative.py's two sessions. The
     plain answers are made first, so that no speculative answer has run on the context
     before the references."""
     s = Session(demo_q4_0, LoadOptions(nctx=2048, threads=THREADS, threads_batch=THREADS,

@@ -18,6 +18,7 @@ from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.drafters.base import Draft, Drafter
 from geniex.speculative.options import FALLBACK
+from geniex.speculative.policy import FixedPolicy
 
 REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over the lazy dog. "
           "The quick brown fox jumps over the lazy dog again.")
@@ -36,6 +37,11 @@ GREEDY = SamplingParams()
 SEEDED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
 METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache",
            "draft-simple", "ngram-mod,draft-simple"]
+
+
+def self_draft(model):
+    """draft-simple with ``model`` drafting for itself at fixed lengths of up to 4."""
+    return SpecOptions(types=("draft-simple",), draft_path=model, n_max=4, policy="fixed")
 
 
 def answer(session, prompt, sampling, max_tokens=120, stop=(), drafter=None, steps=None):
@@ -60,11 +66,20 @@ def answer(session, prompt, sampling, max_tokens=120, stop=(), drafter=None, ste
 def short_bench(demo_model):
     """A speculative session (nctx 256) loaded with both drafter families at their
     defaults, the auto draft policy; each other method's drafter is built on it at its
-    defaults and swapped in (tests/support/identity.py, Bench)."""
+    defaults and swapped in (tests/support/identity.py, Bench). draft-simple alone drafts
+    fixed lengths (:func:`self_draft`): the demo model drafting for itself costs what it
+    saves, so the auto policy verifies none of its drafts (seeded, it verified none in 60
+    tokens) after paying for them; at fixed lengths each prompt verifies and accepts
+    drafts, in fewer target steps. The auto policy's way with draft-simple is the bench's
+    own method."""
     from identity import Bench
     both = "ngram-mod,draft-simple"
-    bench = Bench(demo_model, 256, both, SpecOptions(types=tuple(both.split(",")), draft_path=demo_model),
-                  lambda m: SpecOptions(types=tuple(m.split(",")), draft_path=demo_model if "draft" in m else None))
+
+    def options(method):
+        if method == "draft-simple":
+            return self_draft(demo_model)
+        return SpecOptions(types=tuple(method.split(",")), draft_path=demo_model if "draft" in method else None)
+    bench = Bench(demo_model, 256, both, SpecOptions(types=tuple(both.split(",")), draft_path=demo_model), options)
     bench.size_by_quiet_curve()
     yield bench
     bench.close()
@@ -89,9 +104,10 @@ def reference(plain):
     return get
 
 
-# What every method answers: a quoting prompt (greedy), code (seeded), and the essay that
-# fills the 256-token context (greedy).
-PROMPTS = ((REPEAT, GREEDY, 120), (CODE, SEEDED, 60), (ESSAY, GREEDY, 400))
+# What every method answers: a quoting prompt (greedy, 11 tokens to its end token), code
+# (seeded: 40 tokens, where every n-gram method has drafted and accepted from its 20th),
+# and the essay that fills the 256-token context (greedy, 82 tokens).
+PROMPTS = ((REPEAT, GREEDY, 120), (CODE, SEEDED, 40), (ESSAY, GREEDY, 400))
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +137,14 @@ def test_every_method_is_identical_to_plain(method, every_method_answers, refere
     answers = every_method_answers[method]
     if isinstance(answers, Exception):
         raise answers
-    drafted = 0
+    drafted = accepted = 0
     for (prompt, sampling, max_tokens), (got_tokens, got_stats) in zip(PROMPTS, answers, strict=True):
         want_tokens, want_stats = reference(prompt, sampling, max_tokens)
         assert got_tokens == want_tokens, (method, prompt[:20])
         assert got_stats.stop_reason == want_stats.stop_reason
         drafted += got_stats.drafted
-    assert drafted > 0, "the method never drafted: the test would prove nothing"
+        accepted += got_stats.accepted
+    assert drafted > 0 and accepted > 0, "the method never drafted and accepted: the test would prove nothing"
     # The essay fills the 256-token context: the end is the same too.
     assert want_stats.stop_reason == "context_length"
 
@@ -223,12 +240,13 @@ def test_full_context_inside_an_accepted_run(plain, reference):
     assert got == want and stats.stop_reason == "context_length"
 
 
-def test_draft_simple_drafting_for_itself_accepts_everything(demo_model, short_bench, reference):
+def test_draft_simple_drafting_for_itself_accepts_everything(short_bench, reference):
     # Fixed lengths: a model drafting for itself costs what it saves, so the auto policy
-    # would (rightly) stop drafting; this test is about acceptance. Built by the engine's
-    # builder on the short bench's target (tests/support/identity.py).
-    spec = SpecOptions(types=("draft-simple",), draft_path=demo_model, n_max=4, policy="fixed")
-    with short_bench.drafting("draft-simple for itself, n_max 4", spec) as s:
+    # would (rightly) stop drafting; this test is about acceptance. The short bench's
+    # draft-simple drafter (:func:`self_draft`, built by the engine's builder on its
+    # target, tests/support/identity.py).
+    with short_bench.drafting("draft-simple") as s:
+        assert s.drafter.n_max == 4 and isinstance(s.policy, FixedPolicy)
         want, _ = reference(REPEAT, GREEDY)
         got, stats = answer(s, REPEAT, GREEDY)
         assert got == want

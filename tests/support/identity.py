@@ -8,8 +8,13 @@ user loads it (``--spec-type`` of the bench's own method at its defaults); each 
 method's drafter is built by the engine's own builder (geniex.speculative.build, what
 ``Session`` calls at load) on that target and swapped in for its answers, so the prompt
 is prefilled once for all methods and then reused from the KV cache. The plain reference
-is a separate session that prefills the same prompt itself: the comparison still spans
-two contexts, as "the target alone" does for a user.
+is a separate session that prefills the same prompt itself (the comparison spans two
+contexts, as "the target alone" does for a user), or, for a bench whose prompts cost
+more to prefill than its answers cost to decode (``separate_plain=False``), the
+speculative session answering with ``speculative=False`` on the prompt it already holds:
+what such a bench is about is a verify row's numerics against a one-row decode's, which
+one context shows; that a speculative load sets its context up as a plain load does is
+proved by a bench with two sessions (tests/speculative/test_speculative.py).
 """
 import contextlib
 import json
@@ -66,12 +71,13 @@ class Bench:
     and batches, the default q8_0 KV cache); ``spec`` loaded with ``own`` (SpecOptions) as
     the method named ``own_name``. :meth:`answer` runs any method on ``spec``: its own
     drafter and policy for ``own_name``, otherwise a drafter built from ``options(method)``
-    (:meth:`drafting`)."""
+    (:meth:`drafting`). Without ``separate_plain``, ``plain`` is None and :meth:`reference`
+    answers on ``spec`` with ``speculative=False`` (one load and one prefill fewer)."""
 
-    def __init__(self, model, nctx, own_name, own, options):
+    def __init__(self, model, nctx, own_name, own, options, separate_plain=True):
         load = dict(nctx=nctx, threads=THREADS, threads_batch=THREADS)
         self.model, self.own_name, self.options = model, own_name, options
-        self.plain = Session(model, LoadOptions(**load))
+        self.plain = Session(model, LoadOptions(**load)) if separate_plain else None
         self.spec = Session(model, LoadOptions(**load, spec=own))
         assert self.spec.speculative, self.spec.spec_notes
         self.own = (self.spec.drafter, self.spec.policy)
@@ -89,15 +95,19 @@ class Bench:
 
     def check_defaults(self):
         """The sessions run the shipped numerics: several threads, q8_0 K and V."""
-        for s in (self.plain, self.spec):
+        for s in self.sessions():
             assert s.threads >= 2 and s.threads_batch >= 2
             assert s.options.cache_type_k == s.options.cache_type_v == "q8_0"
 
+    def sessions(self):
+        return [s for s in (self.plain, self.spec) if s is not None]
+
     def reference(self, key, tokens, opts):
         """The plain answer (a :class:`~geniex.engine.session.Generation`, run) to
-        ``tokens`` with ``opts``, computed once per ``key``."""
+        ``tokens`` with ``opts``, computed once per ``key`` (on ``plain``, else on
+        ``spec`` with no drafter and no forced drafts)."""
         if key not in self.references:
-            gen = self.plain.generate(tokens, opts, speculative=False)
+            gen = (self.plain or self.spec).generate(tokens, opts, speculative=False)
             gen.steps = list(gen)
             self.references[key] = gen
         return self.references[key]
@@ -119,6 +129,16 @@ class Bench:
         finally:
             self.spec.drafter, self.spec.policy = self.own
 
+    @contextlib.contextmanager
+    def without_drafter(self):
+        """Within the block, ``spec`` has no drafter: a speculative answer's only drafts
+        are a grammar's forced runs."""
+        self.spec.drafter = None
+        try:
+            yield self.spec
+        finally:
+            self.spec.drafter, self.spec.policy = self.own
+
     def answer(self, method, tokens, opts):
         """``method``'s answer to ``tokens`` on the speculative session (a run Generation
         with its steps in ``.steps``)."""
@@ -130,8 +150,8 @@ class Bench:
     def close(self):
         for drafter, _ in self.drafters.values():
             drafter.close()
-        self.spec.close()
-        self.plain.close()
+        for s in self.sessions():
+            s.close()
 
 
 def first_difference(got, want):
