@@ -274,40 +274,31 @@ NO_FCNTL = textwrap.dedent('''
 ''')
 
 
-def test_store_cli_and_server_work_without_fcntl(tmp_path, calibration_cache):
-    """A subset of the store, CLI and server tests, run by pytest in a subprocess whose
-    Python (and every geniex subprocess it starts: PYTHONPATH is inherited) cannot
-    import ``fcntl`` - a ``sitecustomize`` shim raises ModuleNotFoundError for it, which
-    is what Windows does. (The nested run starts from this run's calibration cache, as
-    its own tests' data dirs do: tests/support/shared_fixtures.py.)"""
+def test_store_cli_and_server_work_without_fcntl(tmp_path):
+    """The store's locks, the CLI and the server in a Python (and every process it starts:
+    PYTHONPATH is inherited) that cannot import ``fcntl``: a ``sitecustomize`` shim raises
+    ModuleNotFoundError for it, which is what Windows does. One process runs the checks of
+    tests/platform/without_fcntl.py (locks across processes; the store's pull, remove and
+    clean, each of which locks; the CLI's pull and remove; the server answering), with
+    UserWarning an error. (This was a nested pytest run of store, CLI and server tests,
+    whose start, fixtures and CLI runs cost most of its time; no check here loads a model
+    speculatively, so none needs the suite's calibration cache.)"""
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(NO_FCNTL, encoding="utf-8")
-    env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT)]),
-           "GENIEX_TEST_CALIBRATION": str(calibration_cache)}
+    env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT), str(ROOT / "tests" / "support")]),
+           "GENIEX_DATADIR": str(tmp_path / "default-data")}
     probe = _run(["-c", "import geniex.store, geniex.cli, geniex.server.app\n"
                         "try:\n    import fcntl\nexcept ImportError:\n    print('no fcntl')"], env=env)
     assert probe.stdout.strip() == "no fcntl", probe.stderr
     assert "Warning" not in probe.stderr, probe.stderr
-    # Tests whose CLI and server subprocesses inherit PYTHONPATH (the conftest ``cli``
-    # fixture, tests/support/serverproc.py), so the shim applies to those processes too.
-    # (tests/store/test_store_cli.py sets its own PYTHONPATH for its subprocesses: not here.)
-    # Every test here takes a lock or starts the CLI: the store's pulls, removes and cleans
-    # in process, the lock across processes, the CLI's pull/remove/clean, one --version
-    # (the CLI's start; the four places --version can stand parse the same with or without
-    # fcntl), and the server answering.
-    proc = _run(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-W", "error::UserWarning",
-                 "tests/store/test_store_store.py",
-                 "tests/platform/test_platforms.py::test_locks_shared_and_exclusive_across_processes",
-                 "tests/platform/test_platforms.py::test_pull_local_checks_the_precision_against_the_gguf",
-                 "tests/platform/test_platforms.py::test_hub_repull_without_precision_says_already_present",
-                 "tests/platform/test_platforms.py::test_remove_says_why_when_a_file_cannot_be_deleted",
-                 "tests/cli/test_infer_cli.py::test_version_names_the_library",
-                 "tests/server/test_server.py::test_health", "tests/server/test_server.py::test_chat_non_streamed",
-                 "tests/server/test_server.py::test_models_lists_one_id_per_precision_owned_by_org"],
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = _run(["-W", "error::UserWarning", str(Path(__file__).with_name("without_fcntl.py")), work],
                 env=env, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and " failed" not in proc.stdout
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["ok no_fcntl", "ok locks_across_processes", "ok store_in_process",
+                                        "ok cli_pull_and_remove", "ok server_answers", "all checks passed"]
 
 
 # -- locks ------------------------------------------------------------------------------
