@@ -169,8 +169,12 @@ def test_library_folder_via_env_loads_every_file_and_reports_them(no_wheel):
 
 
 def test_infer_and_serve_with_a_library_folder_and_no_wheel(no_wheel, tmp_path, monkeypatch):
+    # Any model does (the library is the point): a tiny generated one, whose load costs a
+    # fraction of the demo model's in each of the two processes.
+    import tiny_gemma4
     from serverproc import Server, chat_body
-    proc = _run(["-m", "geniex", "infer", "-p", "Say hello.", "--max-tokens", "6", "--seed", "1"],
+    model = tiny_gemma4.write_target(tmp_path / "tiny.gguf")
+    proc = _run(["-m", "geniex", "infer", str(model), "-p", "Say hello.", "--max-tokens", "6", "--seed", "1"],
                 env=no_wheel, python_flags=["-S"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() and "Traceback" not in proc.stderr
@@ -179,8 +183,8 @@ def test_infer_and_serve_with_a_library_folder_and_no_wheel(no_wheel, tmp_path, 
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n', encoding="utf-8")
     wrapper.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(wrapper))
-    with Server(tmp_path / "data", env=no_wheel) as server:
-        r = server.chat(chat_body("Say hello.", max_tokens=4))
+    with Server(tmp_path / "data", "--allow-paths", env=no_wheel) as server:
+        r = server.chat(chat_body("Say hello.", model=str(model), max_tokens=4))
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] >= 1
 
