@@ -35,12 +35,25 @@ def test_one_shot_answer_with_profile_line_and_no_library_log(cli, tiny_model):
     assert "llama_model_loader" not in proc.stderr and "llama.cpp" not in proc.stderr
 
 
-def test_greedy_paris_and_verbose_block(cli):
-    # (SmolLM2's template adds its default system message; with it, this wording of
-    # the question is the one the 135M model answers with Paris.)
-    proc = cli("infer", "-p", "Name the capital of France.", "--verbose")
+@pytest.fixture(scope="module")
+def paris(tmp_path_factory, calibration_cache):
+    """One --verbose demo answer to a question read from a file (-i) with a system prompt
+    (-s), shared by the two tests below: each asserts on its own part of the run."""
+    import shutil
+    d = tmp_path_factory.mktemp("paris")
+    shutil.copyfile(calibration_cache, d / "calibration.json")
+    (d / "q.txt").write_text("What is the capital of France?")
+    env = {**os.environ, "GENIEX_DATADIR": str(d), "PYTHONUNBUFFERED": "1"}
+    env.pop("GENIEX_LOG", None)
+    return subprocess.run([sys.executable, "-m", "geniex", "infer", "-i", str(d / "q.txt"), "-s", "Answer in one word.",
+                           "--verbose", "--max-tokens", "16"], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300)
+
+
+def test_greedy_paris_and_verbose_block(paris):
+    proc = paris
     assert proc.returncode == 0, proc.stderr
-    assert "Paris" in proc.stdout
+    assert "Paris" in proc.stdout and "Traceback" not in proc.stderr
     for label in ("total time:", "ttft:", "prompt tokens:", "prompt speed:", "decode tokens:",
                   "decode speed:", "stop reason:"):
         assert label in proc.stderr
@@ -64,11 +77,10 @@ def test_stop_reasons_through_the_cli(cli, tiny_model):
     assert int(re.search(r"^decode tokens:\s+(\d+)", proc.stderr, re.M).group(1)) < 64, proc.stderr
 
 
-def test_input_file_and_system_prompt(cli, tmp_path):
-    f = tmp_path / "q.txt"
-    f.write_text("What is the capital of France?")
-    proc = cli("infer", "-i", f, "-s", "Answer in one word.", "--verbose", "--max-tokens", "16")
-    assert proc.returncode == 0 and "Paris" in proc.stdout
+def test_input_file_and_system_prompt(cli, tmp_path, paris):
+    # The question came from the file (the shared run's answer names Paris); a file that
+    # is missing is one line.
+    assert paris.returncode == 0 and "Paris" in paris.stdout, paris.stderr
     proc = cli("infer", "-i", tmp_path / "missing.txt")
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1 and "missing.txt" in proc.stderr
 
