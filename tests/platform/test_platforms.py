@@ -368,13 +368,16 @@ def test_global_flags_after_the_verb(cli, tmp_path):
 
 # -- pull: explicit precision vs. the file, and re-pulls -----------------------------------
 
-def test_pull_local_checks_the_precision_against_the_gguf(cli, tmp_path):
+def test_pull_local_checks_the_precision_against_the_gguf(cli, tmp_path, data_dir):
+    from geniex.store import Store
     src = tmp_path / "x-Q4_1.gguf"
     src.write_bytes(make_gguf("x", "Q4_1"))          # a small GGUF whose header says Q4_1
     bad = cli("pull", "org/x:Q8_0", "--local-path", src)
     assert bad.returncode == 1
     assert "is Q4_1 according to its GGUF header" in bad.stderr and "org/x:Q4_1" in bad.stderr
-    assert "org/x" not in cli("list").stdout                    # nothing half-registered
+    # Nothing half-registered (what `geniex list` would print, read in process).
+    assert not [row for row in Store(data_dir).list_models() if row["name"].startswith("org/x")]
+    assert not any(data_dir.rglob("x-Q4_1.gguf"))
     first = cli("pull", "org/x:Q4_1", "--local-path", src)
     assert first.returncode == 0 and first.stdout.startswith("Pulled org/x:Q4_1")
     again = cli("pull", "org/x:Q4_1", "--local-path", src)
