@@ -1,10 +1,9 @@
 """`geniex infer` pulls what it is missing, the model and a `--draft-model` given by
 name, from a Hub played by a local server (never a real hub)."""
-import json
+from geniex.store import Store
 
 
-
-def test_infer_pulls_target_and_mtp_draft_then_speculates(cli, fake_hub, tiny):  # noqa: F811
+def test_infer_pulls_target_and_mtp_draft_then_speculates(cli, data_dir, fake_hub, tiny):  # noqa: F811
     target, assistant = tiny["aligned"]
     fake_hub.add_repo("tiny/Gemma4-Target-GGUF", {"gemma4-target-Q8_0.gguf": target.read_bytes()})
     # An MTP draft repo: 'mtp' in the file name, so it is never listed as a model.
@@ -17,7 +16,8 @@ def test_infer_pulls_target_and_mtp_draft_then_speculates(cli, fake_hub, tiny): 
     assert proc.stderr.count("Model is not cached, downloading...") == 2
     assert "speculative decoding: draft-mtp" in proc.stderr
     assert "draft accept:" in proc.stderr
-    rows = {r["name"] for r in json.loads(cli("list", "--format", "json", env=env).stdout)}
+    # What `geniex list` shows (its rows, read in process): the model, not its MTP draft.
+    rows = {r["name"] for r in Store(data_dir).list_models()}
     assert "tiny/Gemma4-Target-GGUF:Q8_0" in rows or "tiny/Gemma4-Target-GGUF" in rows
     assert not any("Assistant" in r for r in rows)
     # Second run: everything is cached, nothing is downloaded.

@@ -1,5 +1,6 @@
 """The engine on the real demo model: tokens, template, sampling, stop reasons, reuse."""
 import pytest
+import tiny_gemma4
 
 from geniex.engine.chat import Conversation
 from geniex.engine.loop import GenOptions
@@ -75,8 +76,11 @@ def test_stop_sequence_is_not_emitted(session):
     assert text == full[:full.index(".")]
 
 
-def test_context_length_stop_and_prompt_too_long(demo_model):
-    s = Session(demo_model, LoadOptions(nctx=24))
+def test_context_length_stop_and_prompt_too_long(tmp_path):
+    # Any model does: a tiny generated one (tests/support/tiny_gemma4.py) whose
+    # end-of-sequence row is zeroed, so only the context can stop it.
+    model = tiny_gemma4.write_target(tmp_path / "tiny.gguf", eos_boost=0.0)
+    s = Session(model, LoadOptions(nctx=24))
     try:
         n_ctx = s.ctx.n_ctx          # llama.cpp rounds the context up (to 256 here)
         # A counting prompt that leaves 8 cells: the context fills after a prefill (one
@@ -125,10 +129,11 @@ def test_penalties_change_greedy_output(session):
     def run(**kw):
         session.reset()
         gen = session.generate(session.vocab.tokenize("One, one, one, one, one,"),
-                               GenOptions(max_tokens=20, sampling=SamplingParams(**kw)))
+                               GenOptions(max_tokens=8, sampling=SamplingParams(**kw)))
         gen.run()
         return gen.tokens
 
+    # (8 tokens: each penalty changes the answer's first token already; was 20)
     plain = run()
     assert run(repetition_penalty=1.5) != plain
     assert run(presence_penalty=2.0, frequency_penalty=1.0) != plain

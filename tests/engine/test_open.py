@@ -28,24 +28,34 @@ def test_the_python_api_refuses_a_context_over_the_memory_budget_before_loading(
         gx.load(str(demo_model), nctx=8192)
 
 
-def test_the_python_api_cuts_a_default_context_to_what_the_model_was_trained_for(demo_model):
-    trained = limits.trained_context(limits.header_of(demo_model))
-    session = gx.load(str(demo_model), nctx=trained * 4)
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """Any model does for how a model is opened: a tiny generated one (trained context 512,
+    tests/support/tiny_gemma4.py), whose loads cost a fraction of the demo model's."""
+    import tiny_gemma4
+    return tiny_gemma4.write_target(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+def test_the_python_api_cuts_a_default_context_to_what_the_model_was_trained_for(tiny_model):
+    trained = limits.trained_context(limits.header_of(tiny_model))
+    assert trained == 512
+    session = gx.load(str(tiny_model), nctx=trained * 4)
     try:
         assert session.ctx.n_ctx == trained
     finally:
         session.close()
 
 
-def test_a_load_parses_the_models_header_once(demo_model, monkeypatch):
+def test_a_load_parses_the_models_header_once(tiny_model, monkeypatch):
     """open_session's context check and the Session's model load share one parse of the
     GGUF header (limits.header_of, kept per version of the file): every CLI start and
-    server load used to walk the demo model's 98k vocabulary and merge strings twice."""
+    server load used to walk the demo model's 98k vocabulary and merge strings twice.
+    (The tiny model: the parse is counted, not timed.)"""
     from geniex.llama import gguf_file
     parsed = []
     real = gguf_file._read_one
     monkeypatch.setattr(gguf_file, "_read_one", lambda path: parsed.append(path) or real(path))
     limits._header.cache_clear()
     for _ in range(2):
-        gx.load(str(demo_model), nctx=256).close()
-    assert parsed == [demo_model]
+        gx.load(str(tiny_model), nctx=256).close()
+    assert parsed == [tiny_model]

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "tools" / "reliability"))
 import gguf_mutants  # noqa: E402  (tests may import tools: it writes a GGUF with another template)
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+BOOL = 7                            # GGUF's bool value type (gguf_mutants.SCALARS)
 NESTED_LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}hi"
 
 
@@ -104,13 +105,17 @@ def test_real_templates_render_as_plain_jinja_does(demo_model):
         .render() == "ababab1024    71,2"
 
 
-def hostile_model(tmp_path, source, base=None):
-    """``base`` (default: the tiny Gemma-4 target) with ``source`` as its chat template."""
+def hostile_model(tmp_path, source, base=None, add_bos=None):
+    """``base`` (default: the tiny Gemma-4 target) with ``source`` as its chat template
+    (and ``tokenizer.ggml.add_bos_token`` set to ``add_bos`` unless it is None)."""
     import tiny_gemma4
     base = base or tiny_gemma4.write_target(tmp_path / "base.gguf")
     parsed = gguf_mutants.parse(base)
-    kvs = [kv for kv in parsed.kvs if kv.key != "tokenizer.chat_template"]
-    kvs.append(gguf_mutants.KV("tokenizer.chat_template", gguf_mutants.STRING, gguf_mutants.encode_string(source)))
+    changed = {"tokenizer.chat_template": (gguf_mutants.STRING, gguf_mutants.encode_string(source))}
+    if add_bos is not None:
+        changed["tokenizer.ggml.add_bos_token"] = (BOOL, gguf_mutants.encode_scalar(BOOL, add_bos))
+    kvs = [kv for kv in parsed.kvs if kv.key not in changed]
+    kvs += [gguf_mutants.KV(key, vtype, raw) for key, (vtype, raw) in changed.items()]
     out = tmp_path / "hostile.gguf"
     gguf_mutants.Mutant(0, "template", "hostile", kvs=kvs).write(parsed, out)
     return out
@@ -138,9 +143,11 @@ def test_infer_with_a_300_mb_template_stops_at_the_output_limit(cli, tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: the model's chat template renders text")
 
 
-def test_a_template_that_renders_nothing_is_a_clear_error(cli, tmp_path, demo_model):
-    # The demo vocabulary adds no BOS: an empty rendering leaves no token to decode.
-    model = hostile_model(tmp_path, "{% if false %}x{% endif %}", base=demo_model)
+def test_a_template_that_renders_nothing_is_a_clear_error(cli, tmp_path):
+    # A vocabulary that adds no BOS (as the demo model's): an empty rendering leaves no
+    # token to decode. (The tiny model with add_bos_token false: the demo model's 100 MB
+    # were rewritten and loaded for this.)
+    model = hostile_model(tmp_path, "{% if false %}x{% endif %}", add_bos=False)
     proc = cli("infer", model, "-p", "hi", "--max-tokens", "4")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == ("error: the prompt is empty: the model's chat template "

@@ -10,7 +10,7 @@ from fakehub import FakeHub, make_gguf
 from geniex.errors import GenieXError
 from geniex.store import Store
 from geniex.store.errors import HubError
-from geniex.store.hub import MAX_LISTING_PAGE, MAX_PAGES, Hub
+from geniex.store.hub import MAX_LISTING_PAGE, MAX_PAGES, MAX_SMALL_FILE, Hub
 from shared_fixtures import ROOT
 
 pytestmark = pytest.mark.fast   # needs no model: the fast tier
@@ -71,14 +71,20 @@ def test_pagination_stops_at_the_page_limit(hub, monkeypatch):
     assert MAX_PAGES >= 100
 
 
-def test_a_gzip_bomb_in_the_listing_stops_at_the_bound(hub):
-    hub.bombs[(REPO, None)] = MAX_LISTING_PAGE + (4 << 20)
-    with pytest.raises(HubError, match="larger than .* bytes \\(after decompression\\)"):
+def test_a_gzip_bomb_in_the_listing_stops_at_the_bound(hub, monkeypatch):
+    # The mechanism at a 1 MiB bound (the shipped 32 MiB one made the fake hub deflate
+    # 36 MiB for the same refusal), as the page limit above.
+    monkeypatch.setattr("geniex.store.hub.MAX_LISTING_PAGE", 1 << 20)
+    hub.bombs[(REPO, None)] = (1 << 20) + (4 << 20)
+    with pytest.raises(HubError, match="larger than 1,048,576 bytes \\(after decompression\\)"):
         Hub(endpoint=hub.url, token="").list_files(REPO)
+    assert MAX_LISTING_PAGE >= 16 << 20
 
 
 def test_a_gzip_bomb_as_config_json_is_ignored_after_the_bound(tmp_path, hub):
-    hub.bombs[(REPO, "config.json")] = 64 << 20
+    # The bound and 4 MiB past it, as the listing's bomb above (was 64 MiB: deflated
+    # twice per test by the fake hub, for the same refusal).
+    hub.bombs[(REPO, "config.json")] = MAX_SMALL_FILE + (4 << 20)
     model = store_for(tmp_path, hub, token="").pull(f"{REPO}:Q8_0", out=io.StringIO())
     assert model.type == "llm" and model.path.read_bytes() == GGUF
     with pytest.raises(HubError, match="larger than 1,048,576 bytes"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fakehub import make_gguf
-from geniex.store import demo_model_path
+from geniex.store import Store, demo_model_path
 from geniex.store.display import human_size
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,10 @@ def partial(env, name="tiny-Q8_0.gguf"):
 
 
 def listed(env):
-    return {row["name"]: row for row in json.loads(geniex(env, "list", "--format", "json").stdout)}
+    """What the store lists, read in process: the rows ``geniex list --format json`` prints
+    (``Store.list_models()``; the CLI's own listing is checked once, in
+    test_list_formats_remove_and_clean), without a process start per look."""
+    return {row["name"]: row for row in Store(Path(env["GENIEX_DATADIR"])).list_models()}
 
 
 def test_pull_default_precision_and_summary(env):
@@ -77,7 +80,9 @@ def test_pull_default_precision_and_summary(env):
 def test_list_formats_remove_and_clean(env):
     geniex(env, "pull", f"{REPO}:q4_0")
     geniex(env, "pull", f"{REPO}:Q8_0")
-    row = listed(env)[REPO]
+    rows = {row["name"]: row for row in json.loads(geniex(env, "list", "--format", "json").stdout)}
+    assert rows == listed(env)
+    row = rows[REPO]
     assert row == {"name": REPO, "size": len(FILES["tiny-Q4_0.gguf"]) + len(BIG), "runtime": "llama_cpp",
                    "type": "llm", "precisions": ["Q4_0", "Q8_0"]}
     table = geniex(env, "ls").stdout.splitlines()
