@@ -4,15 +4,19 @@ held answer is); the flags' usage errors."""
 import pytest
 
 import geniex.api as gx
+import tiny_gemma4
+import tool_templates
 
 PROMPT = "Write a short story about a lighthouse keeper and a storm."
 
 
-def test_infer_holds_the_thoughts_to_the_budget(cli, tool_models):
-    # The think variant's prompt opens <think>: the answer starts inside the block and,
-    # free, does not close it within 16 tokens; held to 3, the 4th token starts the
-    # closing run (after the message), as the engine's chat task writes it.
-    model = tool_models["think"]
+def test_infer_holds_the_thoughts_to_the_budget(cli, tmp_path):
+    # The think template (its prompt opens <think>) on the tiny generated model: the
+    # answer starts inside the block and, free, does not close it within 16 tokens; held
+    # to 3, the 4th token starts the closing run (after the message), as the engine's
+    # chat task writes it.
+    tiny = tiny_gemma4.write_target(tmp_path / "tiny.gguf", eos_boost=0.0)
+    model = tool_templates.demo_with_template(tiny, tmp_path / "tiny-think.gguf", "think")
     session = gx.load(str(model), nctx=512)
     try:
         ask = dict(max_tokens=16, reasoning_format="none")
@@ -25,7 +29,7 @@ def test_infer_holds_the_thoughts_to_the_budget(cli, tool_models):
     out = cli("infer", model, "-p", PROMPT, "--max-tokens", "16", "--reasoning-budget", "3")
     assert out.returncode == 0, out.stderr
     assert out.stdout.rstrip("\n") == held.rstrip("\n")
-    message = cli("infer", model, "-p", PROMPT, "--max-tokens", "8", "--reasoning-budget", "0",
+    message = cli("infer", model, "-p", PROMPT, "--max-tokens", "24", "--reasoning-budget", "0",
                   "--reasoning-budget-message", "Enough.")
     assert message.stdout.startswith("Enough.</think>"), message.stdout
 
