@@ -15,7 +15,7 @@ from geniex.speculative.options import SpecOptions
 PROMPT = "Write a long essay about the history of the Roman Empire, with many details."
 
 
-def answer(session, sampling, max_tokens=64):
+def answer(session, sampling, max_tokens=40):
     gen = Conversation(session).ask(PROMPT, GenOptions(max_tokens=max_tokens, sampling=sampling))
     for _ in gen:
         pass

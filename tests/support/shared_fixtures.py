@@ -105,21 +105,13 @@ def calibration_cache(_private_default_data_dir, demo_model):
     Every ``data_dir`` starts with a copy, and gives back the curves its test measured
     (another model, other threads), so each model and setting is calibrated once per
     run instead of at every speculative load. Tests *of* calibration start empty
-    (``@pytest.mark.uncalibrated``).
-
-    A pytest run started by a test (tests/platform: the suite without ``fcntl``) is handed
-    its parent's cache in ``GENIEX_TEST_CALIBRATION`` and starts from a copy: the same
-    model file on the same machine, measured once per run, nested runs included."""
+    (``@pytest.mark.uncalibrated``)."""
     from geniex.engine.session import LoadOptions, Session
     from geniex.speculative.options import SpecOptions
     from geniex.speculative.policy import model_key
     path = _private_default_data_dir / "calibration.json"
     prefix = model_key(demo_model)
-    parent = os.environ.get("GENIEX_TEST_CALIBRATION")
-    if parent and any(k.startswith(prefix) for k in _curves(Path(parent))):
-        shutil.copyfile(parent, path)
-    else:
-        Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("ngram-simple",)))).close()
+    Session(demo_model, LoadOptions(nctx=256, spec=SpecOptions(types=("ngram-simple",)))).close()
     _keep_stalled_curves(path)
     data = json.loads(path.read_text())
     # The copy is worth something only if its keys are the ones a load looks up.
