@@ -14,7 +14,7 @@ import anthropic
 import openai
 import pytest
 
-from serverproc import AppServer
+from serverproc import AppServer, ok
 
 MODEL = None            # the qwen3 tool model's path, set by the server fixture (requests name the file)
 SYSTEM = "You repeat the user's text exactly, nothing else."
@@ -44,11 +44,6 @@ def server(tmp_path_factory, tool_models):
     MODEL = str(tool_models["qwen3"])
     with AppServer(tmp_path_factory.mktemp("agent-tools"), nctx=2048, allow_paths=True) as s:
         yield s
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 @pytest.fixture(scope="module")

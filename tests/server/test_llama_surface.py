@@ -18,7 +18,7 @@ import requests
 
 from demo_variants import FIM, demo_with_pooling_and_fim
 from geniex.store import Store
-from serverproc import DEMO, AppServer, check_shape
+from serverproc import AppServer, DEMO, check_shape, ok
 
 VARIANT = "test/demo-embed-fim:Q4_1"
 REPEAT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
@@ -40,11 +40,6 @@ def server(tmp_path_factory, variant):
     Store(data).pull(VARIANT, local_path=variant, out=io.StringIO(), interactive=False)
     with AppServer(data, nctx=1024, model=DEMO, metrics=True) as s:
         yield s
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def error_of(r, status):

@@ -3,7 +3,7 @@
 against the token probabilities the decoding loop reports, and its bounds."""
 import pytest
 
-from serverproc import DEMO, AppServer, chat_body, check_shape
+from serverproc import AppServer, DEMO, chat_body, check_shape, ok
 
 NCTX = 256
 
@@ -18,11 +18,6 @@ def server(tmp_path_factory):
 def ids(server):
     r = server.post("/tokenize", {"content": "The capital of France is Paris, and the capital of Italy is"})
     return r.json()["tokens"]
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def test_last_position_by_default(server, ids):

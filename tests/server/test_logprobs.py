@@ -10,7 +10,7 @@ import openai
 import pytest
 import requests
 
-from serverproc import DEMO, AppServer, chat_body, check_shape
+from serverproc import AppServer, DEMO, chat_body, check_shape, ok
 
 REPEAT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
 LOOP = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
@@ -21,11 +21,6 @@ TOL = 1e-4                      # verify rows and one-row decodes agree to float
 def server(tmp_path_factory):
     with AppServer(tmp_path_factory.mktemp("logprobs-data"), allow_paths=True) as s:     # tiny models by path
         yield s
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def content_of(body):

@@ -4,7 +4,7 @@ though the request names no speculative method."""
 import pytest
 
 from geniex.config import physical_cores
-from serverproc import DEMO, AppServer
+from serverproc import AppServer, DEMO, ok
 
 ASK = {"model": DEMO, "max_tokens": 40,
        "messages": [{"role": "user", "content": "Name five colours, one per line, with a fruit of that colour."}]}
@@ -14,11 +14,6 @@ ASK = {"model": DEMO, "max_tokens": 40,
 def server(tmp_path_factory):
     with AppServer(tmp_path_factory.mktemp("prediction"), nctx=512) as s:
         yield s
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def test_a_prediction_drafts_the_answer_without_changing_it(server):

@@ -15,7 +15,7 @@ import pytest
 
 from demo_variants import demo_with_pooling_and_fim
 from geniex.store import Store
-from serverproc import DEMO, AppServer
+from serverproc import AppServer, DEMO, ok
 
 VARIANT = "test/demo-embed-fim:Q4_1"
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
@@ -44,11 +44,6 @@ def server(tmp_path_factory, demo_model, grammar_dir):
     Store(data).pull(VARIANT, local_path=variant, out=io.StringIO(), interactive=False)
     with AppServer(data, model=DEMO, defaults=Defaults(nctx=1024, grammar_dir=str(grammar_dir))) as s:
         yield s
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def error_400(r, param):

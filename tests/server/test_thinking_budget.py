@@ -12,7 +12,7 @@ import anthropic
 import pytest
 
 from geniex.server.answering import Defaults
-from serverproc import AppServer, check_shape
+from serverproc import AppServer, check_shape, ok
 
 MESSAGES = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
 MAX = 20
@@ -28,11 +28,6 @@ def server(tmp_path_factory, tool_models):
                                      reasoning_budget_message=MESSAGE)) as s:
         s.model = str(tool_models["think"])
         yield s
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from geniex.engine import toolcalls
-from serverproc import AppServer, check_shape
+from serverproc import AppServer, check_shape, ok
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                            "parameters": {"type": "object",
@@ -69,11 +69,6 @@ CACHE = {"cache_prompt": True}
 def body(family, text, **extra):
     return {"model": name(family), "max_tokens": 80, "tools": TOOLS, **CACHE,
             "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK + text}], **extra}
-
-
-def ok(r):
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 def raw_answer(server, request):

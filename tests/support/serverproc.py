@@ -212,6 +212,12 @@ class Server(Http):
         self.stop()
 
 
+def ok(r):
+    """The JSON of a 200 answer (the test fails with the body otherwise)."""
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
 def chat_body(content="Say hello.", model=DEMO, max_tokens=8, **extra):
     return {"model": model, "messages": [{"role": "user", "content": content}],
             "max_completion_tokens": max_tokens, **extra}
