@@ -238,9 +238,24 @@ class Session:
             raise UsageError(f"prediction: drafting on a {self.options.cache_type_k}/{self.options.cache_type_v} KV "
                              f"cache on {self.threads} threads could change the answer past 512 tokens; load it "
                              "with the default q8_0 cache types", param="prediction")
+        self._prediction_policy()
         tokens = self.vocab.tokenize(text, add_special=False, parse_special=False)
         own = PredictionDrafter(tokens)
         return own if drafter is NO_DRAFTER else DrafterChain([own, drafter])
+
+    def _prediction_policy(self):
+        """A session without drafters drafts by a fixed policy (it never drafts); a
+        prediction gets the draft policy an auto session has, on this model's verify
+        cost curve, made on first use: a whole 16-token draft verified every step costs
+        more than it saves where the prediction and the answer part."""
+        if not isinstance(self.policy, policy.FixedPolicy) or self.options.spec.policy != "auto":
+            return
+        governor, self.ctx.governor = self.ctx.governor, None     # calibrating sets threads itself
+        try:
+            costs, one_row = self._verify_cost(self.threads, self.threads_batch)
+        finally:
+            self.ctx.governor = governor
+        self.policy = policy.GainPolicy(costs, one_row)
 
     def embeddings_context(self):
         """A context on the same weights that outputs pooled embeddings (the model's own
