@@ -14,7 +14,7 @@ import weakref
 
 from geniex.engine import think_budget
 from geniex.engine.template import JinjaTemplate, TemplateFailed
-from geniex.errors import GenieXError
+from geniex.errors import GenieXError, UsageError
 from geniex.llama.chat_template import apply_builtin
 
 log = logging.getLogger("geniex.engine")
@@ -139,10 +139,13 @@ class Conversation:
         # leaves it as it was.
         prompt = self.template.render(self.messages + [turn], extra=self.template_kwargs)
         tokens = self.session.tokenize_prompt(prompt)
-        self.messages.append(turn)
-        if self.reasoning_budget >= 0 and opts.grammar is None:
+        if self.reasoning_budget >= 0:
+            if opts.grammar is not None:
+                raise UsageError("a reasoning budget cannot be combined with a grammar (the answer would be "
+                                 "constrained twice)")
             budget = think_budget.for_prompt(self.reasoning_budget, self.template.source, prompt, self.budget_message)
             opts = dataclasses.replace(opts, think_budget=budget)
+        self.messages.append(turn)
         return self.session.generate(tokens, opts, cancel)
 
     def finish(self, generation):
