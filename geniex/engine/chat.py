@@ -14,7 +14,7 @@ import weakref
 
 from geniex.engine import think_budget
 from geniex.engine.template import JinjaTemplate, TemplateFailed
-from geniex.errors import GenieXError, UsageError
+from geniex.errors import GenieXError
 from geniex.llama.chat_template import apply_builtin
 
 log = logging.getLogger("geniex.engine")
@@ -140,10 +140,8 @@ class Conversation:
         prompt = self.template.render(self.messages + [turn], extra=self.template_kwargs)
         tokens = self.session.tokenize_prompt(prompt)
         if self.reasoning_budget >= 0:
-            if opts.grammar is not None:
-                raise UsageError("a reasoning budget cannot be combined with a grammar (the answer would be "
-                                 "constrained twice)")
-            budget = think_budget.for_prompt(self.reasoning_budget, self.template.source, prompt, self.budget_message)
+            budget = think_budget.for_prompt(self.reasoning_budget, self.template.source, prompt,
+                                             self.budget_message, opts.grammar)
             opts = dataclasses.replace(opts, think_budget=budget)
         self.messages.append(turn)
         return self.session.generate(tokens, opts, cancel)

@@ -270,12 +270,8 @@ def _calls_enforced(task, family):
 def _budgeted(session, task, prompt):
     """``task`` with its reasoning held to ``reasoning_budget`` tokens
     (:mod:`geniex.engine.think_budget`)."""
-    if task.options.grammar is not None:
-        raise UsageError("thinking_budget_tokens: a reasoning budget cannot be combined with response_format, "
-                         "a grammar or a required tool choice (the answer would be constrained twice)",
-                         param="thinking_budget_tokens")
     budget = think_budget.for_prompt(task.reasoning_budget, template_for(session.model).source, prompt,
-                                     task.reasoning_budget_message)
+                                     task.reasoning_budget_message, task.options.grammar, "thinking_budget_tokens")
     return dataclasses.replace(task, options=dataclasses.replace(task.options, think_budget=budget))
 
 

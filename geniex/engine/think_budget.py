@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from geniex.engine.toolcalls.reasoning import forced_open, markers_for
+from geniex.errors import UsageError
 
 # Phases of an answer under a budget.
 _START, _INSIDE, _CLOSING, _DONE = range(4)
@@ -37,9 +38,14 @@ class ThinkBudget:
         return BudgetConstraint(self, vocab)
 
 
-def for_prompt(tokens, template_source, prompt, message=""):
+def for_prompt(tokens, template_source, prompt, message="", grammar=None, param=None):
     """The budget of ``tokens`` thought tokens for an answer to ``prompt`` (the rendered
-    chat prompt): the template's markers, and whether the prompt opened the block."""
+    chat prompt): the template's markers, and whether the prompt opened the block. With a
+    ``grammar`` too it is a UsageError naming ``param``: an answer has one constraint."""
+    if grammar is not None:
+        raise UsageError(f"{param + ': ' if param else ''}a reasoning budget cannot be combined with "
+                         "response_format, a grammar or a required tool choice (the answer would be constrained "
+                         "twice)", param=param)
     markers = markers_for(template_source)
     return ThinkBudget(tokens, markers, forced_open(prompt, markers), message)
 
