@@ -57,13 +57,13 @@ def inventory_line(i):
                        "shelf": i % 5, "checked_by": ["Ann", "Bob", "Eve", "Tom"][i % 4]}) + "\n"
 
 
-def fixed(method, model):
+def fixed(method, draft):
     """SpecOptions for ``method`` with fixed draft lengths, so that every method drafts
     (and the identity is tested) whatever the auto policy would choose; the policy changes
     lengths, never tokens."""
     from geniex.speculative.options import SpecOptions
     return SpecOptions(types=tuple(method.split(",")), draft_model="demo",
-                       draft_path=model if "draft-simple" in method else None, n_max=6, policy="fixed")
+                       draft_path=draft if "draft-simple" in method else None, n_max=6, policy="fixed")
 
 
 class Bench:

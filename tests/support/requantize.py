@@ -25,6 +25,8 @@ from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import LlamaFileType as F
 from gguf.quants import dequantize, quantize
 
+import gguf_edit
+
 # Tensors of these types are requantized; the rest are kept as they are.
 SOURCE_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1})
 TARGETS = {
@@ -82,6 +84,10 @@ def rewrite(src, dst, keys=None, tensor=None):
     ``tensor(t)`` -> ``(data, type)`` where that returns one (else copied byte for byte).
     Written under a temporary name and renamed; returns ``dst``."""
     src, dst = Path(src), Path(dst)
+    if tensor is None:
+        # Metadata only: a copy of the bytes with the keys spliced in (gguf_edit), where
+        # gguf-py would decode and re-encode the whole vocabulary (seconds per copy).
+        return gguf_edit.edit(src, dst, keys)
     keys = dict(keys or {})
     st = src.stat()
     arch, fields, tensors = _source(src.resolve(), st.st_size, st.st_mtime_ns)
