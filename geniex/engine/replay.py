@@ -21,6 +21,7 @@ class ReplayContext:
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
         self.n_batch = n_batch
+        self.n_ubatch = min(32, n_batch)     # the target context's default micro-batch
         self.rows = []               # positions of the last decoded batch
         self.decodes = []            # rows per decode, for tests and benchmarks
         self.kv_end = 0              # positions 0..kv_end-1 are "in the cache"

@@ -29,8 +29,8 @@ from geniex.speculative.target import Target
 
 log = logging.getLogger("geniex.engine")
 
-# Rows of the target context's batch: a prompt is decoded in chunks of this many, and a
-# verify batch (the pending token plus its drafts) never holds more.
+# Rows of the target context's batch: a verify batch (the pending token plus its drafts)
+# never holds more (a prompt is decoded in chunks of geniex.llama.kv.PROMPT_CHUNK).
 N_BATCH = 512
 
 

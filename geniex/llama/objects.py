@@ -223,6 +223,7 @@ class Context:
         self.other = other
         self.n_ctx = lib.llama_n_ctx(self.ptr)
         self.n_batch = lib.llama_n_batch(self.ptr)
+        self.n_ubatch = lib.llama_n_ubatch(self.ptr)
         self.mem = lib.llama_get_memory(self.ptr)
         self.n_vocab = model.vocab.n_tokens
         self._views = {}

@@ -19,8 +19,9 @@ import time
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from geniex.llama.kv import PROMPT_CHUNK
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-PROMPT_CHUNK = 512       # prompt tokens per decode call (geniex.engine.session.N_BATCH)
 ACCEPT_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64, 128, 256)
 
 

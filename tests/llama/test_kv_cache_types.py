@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from geniex.errors import GenieXError, UsageError
-from geniex.llama import cache_types
+from geniex.llama import cache_types, kv
+from geniex.llama.kv import PROMPT_CHUNK
 from geniex.llama.objects import Batch, Context, Model
 
 POS = 260          # past 256 cached cells: a 512-cell KV window, where the F16 split-KV path starts
@@ -155,3 +156,23 @@ def test_thread_counts_can_change_between_decodes(demo):
     ctx.decode(batch.fill(prompt[40:42], 40, all_logits=True))
     assert np.array_equal(one, ctx.logits(0))    # 1-thread row == row of a 2-thread batch
     ctx.close()
+
+
+def test_a_prompt_decoded_in_chunks_holds_the_bits_of_one_call(demo):
+    """A prompt is decoded in calls of PROMPT_CHUNK rows (a cancelled prompt stops within
+    one): the cache then holds the bits one call of the whole prompt writes (llama_decode
+    cuts both into the same micro-batches), so the next row's logits are equal."""
+    prompt = _prompt(demo)[:PROMPT_CHUNK + 40]
+    out, chunks = [], []
+    for whole in (True, False):
+        ctx = Context(demo, n_ctx=512, n_threads=2, n_threads_batch=2, type_k="q8_0", type_v="q8_0")
+        batch = Batch(512)
+        if whole:
+            ctx.decode(batch.fill(prompt, 0))
+        else:
+            kv.prefill(ctx, batch, prompt, 0, len(prompt), progress=chunks.append)
+        ctx.decode(batch.fill(prompt[:1], len(prompt)))
+        out.append(np.array(ctx.logits(0)))
+        ctx.close()
+    assert chunks == [PROMPT_CHUNK, len(prompt)]
+    assert np.array_equal(*out)

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from awaiting import queued, until
-from geniex.engine.session import N_BATCH
+from geniex.llama.kv import PROMPT_CHUNK
 from serverproc import DEMO, AppServer, Server, chat_body, check_shape
 
 KEY = "sekrit-key"
@@ -252,9 +252,10 @@ def test_a_full_queue_answers_503_with_retry_after(plain):
 
 def test_a_client_that_leaves_during_its_prompt_stops_the_work(plain):
     # In process, the server's log is this process's: the test reads it as the user would.
-    # The server's own context (1,024 cells: no reload) and a prompt of two 512-token chunks.
+    # The server's own context (1,024 cells: no reload) and a prompt of four 128-row chunks
+    # (geniex.llama.kv.PROMPT_CHUNK).
     plain.chat(chat_body(messages=[]))                               # the model resident first
-    prompt = " ".join(f"item {i} weighs {i * 7 % 13} grams." for i in range(95))    # ~930 tokens
+    prompt = " ".join(f"item {i} weighs {i * 7 % 13} grams." for i in range(50))    # ~490 tokens
     body = json.dumps(chat_body(prompt, max_tokens=1, stream=True)).encode()
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body))
@@ -267,7 +268,7 @@ def test_a_client_that_leaves_during_its_prompt_stops_the_work(plain):
     stopped = re.compile(r"request cancelled .* while its prompt was processed; stopped after (\d+) of (\d+) prompt tokens")
     until(lambda: stopped.search(plain.stderr), timeout=180, what="the cancellation in the log")
     done, total = map(int, stopped.search(plain.stderr).groups())
-    assert done < total and total > N_BATCH                            # more than one chunk, not all of it
+    assert done < total and total > PROMPT_CHUNK                            # more than one chunk, not all of it
     r = plain.chat(chat_body(max_tokens=2))                          # and the server answers again
     assert r.status_code == 200, r.text
 

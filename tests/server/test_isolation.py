@@ -270,8 +270,8 @@ def test_a_long_array_is_refused_before_the_schema_check(server):
 
 # -- shutdown ----------------------------------------------------------------------------
 def test_sigterm_during_a_long_prompt_cancels_it_between_chunks_and_the_client_gets_an_answer(tmp_path):
-    # A prompt of three 512-token chunks (it was 3,400 tokens): the signal lands while
-    # one is decoded, or before the first, and the prompt stops before the next.
+    # A prompt of eleven 128-row chunks (geniex.llama.kv.PROMPT_CHUNK): the signal lands
+    # while one is decoded, or before the first, and the prompt stops before the next.
     s = Server(tmp_path, "--nctx", 2048)
     try:
         assert s.chat({"model": DEMO, "messages": []}).status_code == 200
