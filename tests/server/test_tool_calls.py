@@ -14,12 +14,12 @@ import pytest
 from geniex.engine import toolcalls
 from serverproc import AppServer, check_shape, ok
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
-TWO_TOOLS = TOOLS + [{"type": "function", "function": {
-    "name": "get_time", "description": "The time in a zone",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+# The tools carry no description (optional in OpenAI's shape): every prompt renders them,
+# and nothing here reads one; each token of them is a prefilled row in every family.
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
 SYSTEM = "You repeat the user's text exactly, nothing else."
 ASK = "Repeat the following text exactly, with nothing before it:\n"
 
