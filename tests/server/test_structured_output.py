@@ -129,9 +129,8 @@ def test_response_format_text_is_free_text(server):
 
 
 def test_a_stream_under_a_schema_is_schema_valid(server):
-    events = server.stream("/v1/chat/completions", {"messages": ASK, "max_tokens": 60,
-                                                    "response_format": {"type": "json_schema",
-                                                                        "json_schema": {"name": "p", "schema": PERSON}}},
+    schema = {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}
+    events = server.stream("/v1/chat/completions", {"messages": ASK, "max_tokens": 60, "response_format": schema},
                            headers=KEEP)
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
     jsonschema.validate(json.loads(text), PERSON)
