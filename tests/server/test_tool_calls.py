@@ -216,7 +216,9 @@ def test_a_conversation_with_calls_and_results_renders(server):
 
 # -- tool_choice required / named: the answer constrained to calls ----------------------------
 # The system turn and tools of body(): the template renders them first, so this prompt
-# continues the family test's from the KV cache instead of prefilling them again.
+# continues the family test's from the KV cache instead of prefilling them again. These
+# tests stand before those whose prompts show no tools (tool_choice none, reasoning): the
+# cache holds the last prompt only, and a family's tests run in the file's order.
 QUESTION = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is the weather in Paris?"}]
 
 
