@@ -108,23 +108,28 @@ def test_v1_completions_honours_n_predict_and_token_prompts(server):
 
 # -- speculation on every decoding route: same tokens, acceptance reported -------------------
 # Tokens per answer in the identity checks: the repeat prompt is drafted from its first
-# tokens on (the n-gram finds it in the prompt), so 16 tokens hold several accepted drafts
-# and still take fewer steps than plain decoding; each further token is one more decode in
-# every one of the checks' ~60 answers.
-ANSWER = 16
-# The routes' answers are shorter: what they check is each route's way to the engine (the
-# sampling verify step is checked on 16-token answers below); 12 greedy tokens of the
-# repeat still take several accepted drafts and fewer steps, which each one must show.
+# tokens on (the n-gram finds it in the prompt), so 12 tokens hold several accepted drafts
+# and still take fewer steps than plain decoding, and every sampler's answer still parts
+# from its answer with the sampler switched off (each test asserts both); each further
+# token is one more decode in every one of the checks' ~60 answers.
+ANSWER = 12
+# The routes' answers are as long: what they check is each route's way to the engine;
+# 12 greedy tokens of the repeat take several accepted drafts and fewer steps, which
+# each one must show.
 ROUTE_ANSWER = 12
 KEEP = {"GenieX-KeepCache": "true"}
 
 
-def _decode(server, route, spec):
+REPEAT_CHAT = [{"role": "user", "content": REPEAT}]
+
+
+def _decode(server, route, spec, raw):
     """(text, timings) of one answer of the repeat prompt on ``route``, of ROUTE_ANSWER
     tokens. The prompt stays in the KV cache for the next answer (``GenieX-KeepCache``):
-    the two completion routes share theirs, and the three chat routes render the same
-    one, so a load decodes each once instead of once per answer."""
-    n, raw, chat = ROUTE_ANSWER, REPEAT + "\n" + REPEAT[16:], [{"role": "user", "content": REPEAT}]
+    the two completion routes answer ``raw``, the chat prompt as the template renders it
+    (REPEAT_CHAT, fetched from /apply-template), and the three chat routes render the same
+    one, so a load decodes the demo model's prompt once instead of once per answer."""
+    n, chat = ROUTE_ANSWER, REPEAT_CHAT
     post = lambda body: ok(server.post(route, {**body, **spec}, headers=KEEP))      # noqa: E731
     if route == "/completion":
         body = post({"prompt": raw, "n_predict": n})
@@ -164,9 +169,10 @@ def test_every_decoding_route_gives_the_same_tokens_with_speculation(server):
     demo_routes = [route for route in ROUTES if route != "/infill"]
     order = [(route, name) for route in demo_routes for name in SAMPLINGS] + \
         [("/infill", name) for name in SAMPLINGS]
-    plain = {(route, name): _decode(server, route, SAMPLINGS[name]) for route, name in order}
+    raw = ok(server.post("/apply-template", {"messages": REPEAT_CHAT}))["prompt"]
+    plain = {(route, name): _decode(server, route, SAMPLINGS[name], raw) for route, name in order}
     for route, name in reversed(order):
-        spec, timings = _decode(server, route, {**SPEC, **SAMPLINGS[name]})
+        spec, timings = _decode(server, route, {**SPEC, **SAMPLINGS[name]}, raw)
         text, plain_timings = plain[route, name]
         assert spec == text, (route, name)
         assert plain_timings["draft_n"] == 0, (route, name)
@@ -176,7 +182,7 @@ def test_every_decoding_route_gives_the_same_tokens_with_speculation(server):
         assert name == "greedy" or plain_timings["cache_n"] > 0, (route, plain_timings)
 
 
-# -- tokenize, detokenize, apply-template, props, slots ----------------------------------------
+# -- tokenize, detokenize, props, slots ----------------------------------------
 def test_tokenize_special_and_pieces(server):
     plain = ok(server.post("/tokenize", {"content": "<|im_start|>hi"}))["tokens"]
     literal = ok(server.post("/tokenize", {"content": "<|im_start|>hi", "parse_special": False}))["tokens"]
@@ -187,17 +193,6 @@ def test_tokenize_special_and_pieces(server):
     assert joined.decode() == "unicode 媽"
     err = error_of(server.post("/detokenize", {"tokens": [10 ** 7]}), 400)
     assert err["param"] == "tokens"
-
-
-def test_apply_template_is_the_chat_prompt(server):
-    messages = [{"role": "user", "content": "What is 2+2?"}]
-    prompt = ok(server.post("/apply-template", {"messages": messages}))["prompt"]
-    assert prompt.endswith("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")
-    n = len(ok(server.post("/tokenize", {"content": prompt}))["tokens"])
-    chat = ok(server.post("/chat/completions", {"messages": messages, "max_tokens": 1}))
-    assert chat["usage"]["prompt_tokens"] == n
-    bare = ok(server.post("/apply-template", {"messages": messages, "add_generation_prompt": False}))["prompt"]
-    assert bare == prompt[:-len("<|im_start|>assistant\n")]
 
 
 def test_props_and_slots(server):
@@ -339,17 +334,35 @@ def test_rerank_is_refused_without_a_reranking_model(server):
     assert error_of(server.post("/rerank", {"query": "a"}), 400)["message"].startswith("body: expected documents")
 
 
-# -- /v1/responses, /v1/messages ---------------------------------------------------------------------
+# -- the chat prompt, /v1/responses, /v1/messages -------------------------------------------------------------
 CHAT_Q = [{"role": "user", "content": "Name a colour."}]
 
 
+def test_apply_template_is_the_chat_prompt(server):
+    # CHAT_Q: its chat answer leaves the prompt in the KV cache for the Responses and
+    # Messages tests after this one (they keep it; tests of one group run in file order)
+    messages = CHAT_Q
+    prompt = ok(server.post("/apply-template", {"messages": messages}))["prompt"]
+    assert prompt.endswith("<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n")
+    n = len(ok(server.post("/tokenize", {"content": prompt}))["tokens"])
+    chat = ok(server.post("/chat/completions", {"messages": messages, "max_tokens": 1}))
+    assert chat["usage"]["prompt_tokens"] == n
+    bare = ok(server.post("/apply-template", {"messages": messages, "add_generation_prompt": False}))["prompt"]
+    assert bare == prompt[:-len("<|im_start|>assistant\n")]
+
+
+# The chat, Responses and Messages answers to CHAT_Q below keep the KV cache of the answer
+# before (GenieX-KeepCache; the clients send it as a default header): the prompt renders
+# the same on each route, so it is prefilled once, not once per answer (a continued
+# prefix gives the tokens a fresh prefill does; what is checked is each route's shape).
 def _chat_text(server, n):
-    return ok(server.post("/chat/completions", {"messages": CHAT_Q, "max_tokens": n}))["choices"][0]["message"]["content"]
+    return ok(server.post("/chat/completions", {"messages": CHAT_Q, "max_tokens": n},
+                          headers=KEEP))["choices"][0]["message"]["content"]
 
 
 def test_responses_through_the_openai_client(server):
     import openai
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", default_headers=KEEP)
     want = _chat_text(server, 8)
     resp = client.responses.create(model=DEMO, input=CHAT_Q, max_output_tokens=8)
     assert resp.output_text == want and resp.status == "incomplete" and resp.id.startswith("resp_")
@@ -358,13 +371,13 @@ def test_responses_through_the_openai_client(server):
     kinds = [e.type for e in events]
     assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete"
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == want
-    bare = ok(server.post("/responses", {"input": CHAT_Q, "max_output_tokens": 8}))     # without /v1 too
+    bare = ok(server.post("/responses", {"input": CHAT_Q, "max_output_tokens": 8}, headers=KEEP))   # without /v1 too
     assert bare["output"][0]["content"][0]["text"] == want
 
 
 def test_messages_through_the_anthropic_client(server):
     import anthropic
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused")
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", default_headers=KEEP)
     want = _chat_text(server, 8)
     msg = client.messages.create(model="claude-sonnet-4", max_tokens=8, messages=CHAT_Q)
     assert msg.content[0].text == want and msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 8
@@ -374,16 +387,33 @@ def test_messages_through_the_anthropic_client(server):
         final = stream.get_final_message()
     assert final.stop_reason == "max_tokens"
     count = client.messages.count_tokens(model=DEMO, messages=CHAT_Q)
-    assert count.input_tokens == ok(server.post("/chat/completions", {"messages": CHAT_Q, "max_tokens": 1}))[
-        "usage"]["prompt_tokens"]
+    assert count.input_tokens == ok(server.post("/chat/completions", {"messages": CHAT_Q, "max_tokens": 1},
+                                                headers=KEEP))["usage"]["prompt_tokens"]
+
+
+def test_trailing_assistant_messages(server):
+    two = CHAT_Q + [{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]
+    assert "2 or more assistant" in error_of(server.post("/chat/completions", {"messages": two}), 400)["message"]
+    both = {"messages": CHAT_Q + [{"role": "assistant", "content": "Blue"}], "continue_final_message": True,
+            "add_generation_prompt": True}
+    assert error_of(server.post("/chat/completions", both), 400)["param"] == "continue_final_message"
+    # One trailing assistant message is continued (prefill): the answer goes on from it
+    # (its prompt continues CHAT_Q's, kept in the KV cache from the Messages test before).
+    prefill = ok(server.post("/chat/completions", {"messages": CHAT_Q + [{"role": "assistant", "content": "My"}],
+                                                   "max_tokens": 4}, headers=KEEP))
+    prompt = ok(server.post("/apply-template", {"messages": CHAT_Q + [{"role": "assistant", "content": "My"}]}))
+    assert prompt["prompt"].endswith("<|im_start|>assistant\nMy")
+    assert prefill["usage"]["completion_tokens"] == 4
 
 
 # -- the default model ---------------------------------------------------------------------------------
 @resident("variant")
 def test_default_model_answers_without_a_name_or_with_a_hard_coded_one(server):
     none = ok(server.post("/v1/chat/completions", {"messages": CHAT_Q, "max_tokens": 3}))
+    # the same model and prompt: the prompt stays in the KV cache
     assert none["model"] == DEMO and "warnings" not in none
-    named = ok(server.post("/v1/chat/completions", {"model": "gpt-4o", "messages": CHAT_Q, "max_tokens": 3}))
+    named = ok(server.post("/v1/chat/completions", {"model": "gpt-4o", "messages": CHAT_Q, "max_tokens": 3},
+                           headers=KEEP))
     assert named["model"] == DEMO and "gpt-4o" in named["warnings"][0]
     assert named["choices"][0]["message"]["content"] == none["choices"][0]["message"]["content"]
     stored = ok(server.post("/v1/chat/completions", {"model": VARIANT, "messages": CHAT_Q, "max_tokens": 3}))
@@ -441,7 +471,7 @@ def test_logit_bias_and_ignore_eos(server):
     ends = ok(server.post("/chat/completions", short))
     assert ends["timings"]["stop_reason"] == "eos"
     n = ends["usage"]["completion_tokens"] + 5
-    forced = ok(server.post("/chat/completions", {**short, "max_tokens": n, "ignore_eos": True}))
+    forced = ok(server.post("/chat/completions", {**short, "max_tokens": n, "ignore_eos": True}, headers=KEEP))
     assert forced["usage"]["completion_tokens"] == n and forced["timings"]["stop_reason"] == "length"
     # /completion reports the biases it sampled with: the end tokens at -inf (null in JSON)
     native = ok(server.post("/completion", {"prompt": "hi", "n_predict": 1, "ignore_eos": True}))
@@ -466,20 +496,6 @@ def test_context_overflow_is_llamacpps_error_with_counts(server):
 
 
 # -- chat validation and stream shapes -----------------------------------------------------------------------
-def test_trailing_assistant_messages(server):
-    two = CHAT_Q + [{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]
-    assert "2 or more assistant" in error_of(server.post("/chat/completions", {"messages": two}), 400)["message"]
-    both = {"messages": CHAT_Q + [{"role": "assistant", "content": "Blue"}], "continue_final_message": True,
-            "add_generation_prompt": True}
-    assert error_of(server.post("/chat/completions", both), 400)["param"] == "continue_final_message"
-    # One trailing assistant message is continued (prefill): the answer goes on from it.
-    prefill = ok(server.post("/chat/completions", {"messages": CHAT_Q + [{"role": "assistant", "content": "My"}],
-                                                   "max_tokens": 4}))
-    prompt = ok(server.post("/apply-template", {"messages": CHAT_Q + [{"role": "assistant", "content": "My"}]}))
-    assert prompt["prompt"].endswith("<|im_start|>assistant\nMy")
-    assert prefill["usage"]["completion_tokens"] == 4
-
-
 def test_stream_first_delta_timings_per_token_and_progress(server):
     events = server.stream("/chat/completions", {"messages": CHAT_Q, "max_tokens": 4, "timings_per_token": True,
                                                   "return_progress": True})
@@ -572,8 +588,9 @@ def test_typical_keeps_the_tokens_nearest_the_entropy():
 
 @resident("demo ngram-mod")
 def test_typical_p_samples_the_same_with_speculation(server):
+    # one prompt, three answers: prefilled once (``cache_prompt``), after the metrics test's answer to it
     base = {"prompt": REPEAT + "\n" + REPEAT[16:], "n_predict": ANSWER, "temperature": 0.8, "seed": 11,
-            "typical_p": 0.5, "return_tokens": True}
+            "typical_p": 0.5, "return_tokens": True, "cache_prompt": True}
     plain = ok(server.post("/completion", base))
     spec = ok(server.post("/completion", {**base, **SPEC}))
     assert spec["tokens"] == plain["tokens"] and spec["timings"]["draft_n"] > 0

@@ -53,20 +53,27 @@ def error_400(r, param):
     return err
 
 
+# Most answers here are to one of two prompts (ASK rendered by the chat template, PROMPT
+# raw), under one constraint or another: each request keeps the KV cache of the one
+# before (``GenieX-KeepCache``) and decodes only what its prompt does not share with it,
+# instead of prefilling the same prompt again (a continued prefix gives the tokens a fresh
+# prefill does; what these tests check is the constraint on the answer). The route is the
+# outer parameter of the tests below, so one route's prompt serves its fields in a row.
+KEEP = {"GenieX-KeepCache": "true"}
+
+
 def _answer(server, route, fields, max_tokens=60, ask=ASK, prompt=PROMPT):
     """The text a route answers with ``fields`` added to a plain request."""
+    post = lambda body: ok(server.post(route, body, headers=KEEP))       # noqa: E731
     if route == "/v1/chat/completions":
-        body = ok(server.post(route, {"messages": ask, "max_tokens": max_tokens, **fields}))
-        return body["choices"][0]["message"]["content"]
+        return post({"messages": ask, "max_tokens": max_tokens, **fields})["choices"][0]["message"]["content"]
     if route == "/v1/completions":
-        body = ok(server.post(route, {"prompt": prompt, "max_tokens": max_tokens, **fields}))
-        return body["choices"][0]["text"]
+        return post({"prompt": prompt, "max_tokens": max_tokens, **fields})["choices"][0]["text"]
     if route == "/completion":
-        return ok(server.post(route, {"prompt": prompt, "n_predict": max_tokens, **fields}))["content"]
+        return post({"prompt": prompt, "n_predict": max_tokens, **fields})["content"]
     if route == "/infill":
-        body = ok(server.post(route, {"model": VARIANT, "input_prefix": prompt, "input_suffix": "\n",
-                                      "n_predict": max_tokens, **fields}))
-        return body["content"]
+        return post({"model": VARIANT, "input_prefix": prompt, "input_suffix": "\n", "n_predict": max_tokens,
+                     **fields})["content"]
     raise AssertionError(route)
 
 
@@ -88,8 +95,8 @@ GRAMMAR_FIELDS = {
 }
 
 
-@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("name", list(SCHEMA_FIELDS))
+@pytest.mark.parametrize("route", ROUTES)
 def test_schema_fields_give_schema_valid_json(server, route, name):
     text = _answer(server, route, SCHEMA_FIELDS[name])
     jsonschema.validate(json.loads(text), PERSON)
@@ -103,8 +110,8 @@ def test_json_object_gives_a_json_object(server, route):
     assert isinstance(json.loads(text), dict)
 
 
-@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("name", list(GRAMMAR_FIELDS))
+@pytest.mark.parametrize("route", ROUTES)
 def test_grammar_fields_give_matching_text(server, route, name):
     assert _answer(server, route, GRAMMAR_FIELDS[name]) in ("yes", "no")
 
@@ -122,9 +129,9 @@ def test_response_format_text_is_free_text(server):
 
 
 def test_a_stream_under_a_schema_is_schema_valid(server):
-    events = server.stream("/v1/chat/completions", {"messages": ASK, "max_tokens": 60,
-                                                    "response_format": {"type": "json_schema",
-                                                                        "json_schema": {"name": "p", "schema": PERSON}}})
+    schema = {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}
+    events = server.stream("/v1/chat/completions", {"messages": ASK, "max_tokens": 60, "response_format": schema},
+                           headers=KEEP)
     text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
     jsonschema.validate(json.loads(text), PERSON)
     assert [e["choices"][0]["finish_reason"] for e in events if e.get("choices")][-1] == "stop"
@@ -133,18 +140,19 @@ def test_a_stream_under_a_schema_is_schema_valid(server):
 def test_responses_text_format(server):
     body = ok(server.post("/v1/responses", {"input": ASK[0]["content"], "max_output_tokens": 60,
                                             "text": {"format": {"type": "json_schema", "name": "person",
-                                                                "schema": PERSON, "strict": True}}}))
+                                                                "schema": PERSON, "strict": True}}}, headers=KEEP))
     jsonschema.validate(json.loads(body["output"][0]["content"][0]["text"]), PERSON)
     assert body["text"]["format"]["type"] == "json_schema"
     body = ok(server.post("/v1/responses", {"input": 'What is 2+2? Answer as a JSON object like {"answer": ...}.',
-                                            "max_output_tokens": 200, "text": {"format": {"type": "json_object"}}}))
+                                            "max_output_tokens": 200, "text": {"format": {"type": "json_object"}}},
+                              headers=KEEP))
     assert isinstance(json.loads(body["output"][0]["content"][0]["text"]), dict)
     error_400(server.post("/v1/responses", {"input": "hi", "text": {"format": {"type": "xml"}}}), "text.format.type")
 
 
 def test_messages_output_format(server):
     body = ok(server.post("/v1/messages", {"max_tokens": 60, "messages": ASK,
-                                           "output_format": {"type": "json_schema", "schema": PERSON}}))
+                                           "output_format": {"type": "json_schema", "schema": PERSON}}, headers=KEEP))
     jsonschema.validate(json.loads(body["content"][0]["text"]), PERSON)
     error_400(server.post("/v1/messages", {"max_tokens": 8, "messages": ASK, "output_format": {"type": "yaml"}}),
               "output_format")

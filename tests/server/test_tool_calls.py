@@ -14,9 +14,12 @@ import pytest
 from geniex.engine import toolcalls
 from serverproc import AppServer, check_shape, ok
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
+# The tools carry no description (optional in OpenAI's shape): every prompt renders them,
+# and nothing here reads one; each token of them is a prefilled row in every family.
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
 SYSTEM = "You repeat the user's text exactly, nothing else."
 ASK = "Repeat the following text exactly, with nothing before it:\n"
 
@@ -67,7 +70,7 @@ CACHE = {"cache_prompt": True}
 
 
 def body(family, text, **extra):
-    return {"model": name(family), "max_tokens": 80, "tools": TOOLS, **CACHE,
+    return {"model": name(family), "max_tokens": 80, "tools": TWO_TOOLS, **CACHE,
             "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASK + text}], **extra}
 
 
@@ -109,8 +112,22 @@ def streamed(events):
     return content, reasoning, [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())], finish
 
 
+@pytest.fixture(scope="module")
+def streamed_calls(server):
+    """family -> the events of the streamed chat answer to its CASES text, made once: the
+    family test puts them back together, and gemma4's also shows the order of its text
+    and call (test_text_before_a_call_streams_before_the_call), one answer for both."""
+    events = {}
+
+    def answer(family):
+        if family not in events:
+            events[family] = server.stream("/v1/chat/completions", body(family, CASES[family][0]))
+        return events[family]
+    return answer
+
+
 @pytest.mark.parametrize("family", BY_FAMILY)
-def test_each_family_s_calls_are_parsed_from_the_answer(server, family):
+def test_each_family_s_calls_are_parsed_from_the_answer(server, streamed_calls, family):
     text, expected = CASES[family]
     request = body(family, text)
     raw = raw_answer(server, request)
@@ -126,29 +143,44 @@ def test_each_family_s_calls_are_parsed_from_the_answer(server, family):
     assert all(c["id"].startswith("call_") and c["type"] == "function" for c in message["tool_calls"])
     assert len({c["id"] for c in message["tool_calls"]}) == len(expected)
 
-    s_content, _, s_calls, s_finish = streamed(server.stream("/v1/chat/completions", request))
+    s_content, _, s_calls, s_finish = streamed(streamed_calls(family))
     assert (s_content, s_calls, s_finish) == (content, expected, "tool_calls")
 
 
+# The official OpenAI SDK, on the family test's qwen3 prompt: it runs right after that test
+# (the file's order inside the qwen3 group), so the prompt is still in the KV cache.
+@resident("qwen3")
+def test_openai_sdk_gets_tool_calls(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    text, expected = CASES["qwen3"]
+    request = body("qwen3", text)
+    completion = client.chat.completions.create(model=request["model"], messages=request["messages"],
+                                                tools=request["tools"], max_tokens=80, extra_body=CACHE)
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == expected
+
+    calls = {}
+    finish = None
+    with client.chat.completions.stream(model=request["model"], messages=request["messages"], tools=request["tools"],
+                                        max_tokens=80, extra_body=CACHE) as stream:
+        for event in stream:
+            if event.type == "tool_calls.function.arguments.done":
+                calls[event.index] = (event.name, json.loads(event.arguments))
+        final = stream.get_final_completion()
+        finish = final.choices[0].finish_reason
+    assert [calls[i] for i in sorted(calls)] == expected and finish == "tool_calls"
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in final.choices[0].message.tool_calls] == expected
+
+
 @resident("gemma4")
-def test_text_before_a_call_streams_before_the_call(server):
-    request = body("gemma4", CASES["gemma4"][0])
-    events = server.stream("/v1/chat/completions", request)
+def test_text_before_a_call_streams_before_the_call(streamed_calls):
+    events = streamed_calls("gemma4")
     kinds = [("content" if e["choices"][0]["delta"].get("content") else "call")
              for e in events if e["choices"] and (e["choices"][0]["delta"].get("content")
                                                   or e["choices"][0]["delta"].get("tool_calls"))]
     assert kinds[0] == "content" and "call" in kinds and kinds.index("call") > 0
     assert streamed(events)[0] == "OK "
-
-
-@resident("qwen3")
-def test_tool_choice_none_shows_no_tools_and_parses_nothing(server):
-    request = body("qwen3", CASES["qwen3"][0])
-    with_tools = ok(server.post("/apply-template", request))["prompt"]
-    without = ok(server.post("/apply-template", {**request, "tool_choice": "none"}))["prompt"]
-    assert "get_weather" in with_tools.split("Repeat")[0] and without.split("Repeat")[0].count("get_weather") == 0
-    answer = ok(server.chat({**request, "tool_choice": "none"}))["choices"][0]
-    assert "tool_calls" not in answer["message"] and answer["finish_reason"] != "tool_calls"
 
 
 @resident("mistral")
@@ -167,6 +199,77 @@ def test_text_that_is_not_a_call_is_content(server):
     assert answer["finish_reason"] == "stop"
 
 
+@resident("qwen3")
+def test_a_conversation_with_calls_and_results_renders(server):
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    # After the system turn and tools of body(), kept in the KV cache from the tests before.
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": "Ask the tool."},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    request = {"model": name("qwen3"), "messages": messages, "tools": TWO_TOOLS, "max_tokens": 8, **CACHE}
+    prompt = ok(server.post("/apply-template", request))["prompt"]
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
+    assert "<tool_response>\nsunny\n</tool_response>" in prompt and "<think>Ask the tool.</think>" in prompt
+    answer = ok(server.chat(request))
+    check_shape(answer, "ChatCompletion")
+
+
+# -- tool_choice required / named: the answer constrained to calls ----------------------------
+# The system turn and tools of body(): the template renders them first, so this prompt
+# continues the family test's from the KV cache instead of prefilling them again. These
+# tests stand before those whose prompts show no tools (tool_choice none, reasoning): the
+# cache holds the last prompt only, and a family's tests run in the file's order.
+QUESTION = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is the weather in Paris?"}]
+
+
+REQUIRED = {"max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION, "parallel_tool_calls": False,
+            "tool_choice": "required", **CACHE}
+
+
+@pytest.fixture(scope="module")
+def required_answers(server):
+    """family -> the whole answer to REQUIRED (plain decoding), each made once: the
+    enforcement test checks it and the speculation test compares with qwen3's, which is
+    then made while the plain qwen3 model is resident (not one reload more)."""
+    answers = {}
+
+    def answer(family):
+        if family not in answers:
+            answers[family] = ok(server.chat({**REQUIRED, "model": name(family)}))
+        return answers[family]
+    return answer
+
+
+@pytest.mark.parametrize("family", BY_FAMILY)
+def test_required_and_named_choices_are_enforced(server, required_answers, family):
+    """``required`` answered whole, the named choice streamed: each choice is enforced by
+    the family's grammar in the worker, the same for either delivery (a stream's calls
+    are put back together by the same parser as a whole answer's, which
+    test_each_family_s_calls_are_parsed_from_the_answer checks per family), so one
+    answer per choice checks both choices and both deliveries."""
+    answer = required_answers(family)["choices"][0]
+    assert answer["finish_reason"] == "tool_calls", answer
+    required = calls_of(answer["message"])
+    named = {"type": "function", "function": {"name": "get_time"}}
+    _, _, forced, s_finish = streamed(server.stream("/v1/chat/completions",
+                                                    {**REQUIRED, "model": name(family), "tool_choice": named}))
+    assert s_finish == "tool_calls"
+    for calls, names in ((required, {"get_weather", "get_time"}), (forced, {"get_time"})):
+        assert len(calls) == 1 and calls[0][0] in names, calls
+        key = "city" if calls[0][0] == "get_weather" else "zone"
+        assert set(calls[0][1]) == {key} and isinstance(calls[0][1][key], str)     # the tool's schema, nothing else
+
+
+@resident("qwen3")
+def test_tool_choice_none_shows_no_tools_and_parses_nothing(server):
+    request = body("qwen3", CASES["qwen3"][0])
+    with_tools = ok(server.post("/apply-template", request))["prompt"]
+    without = ok(server.post("/apply-template", {**request, "tool_choice": "none"}))["prompt"]
+    assert "get_weather" in with_tools.split("Repeat")[0] and without.split("Repeat")[0].count("get_weather") == 0
+    answer = ok(server.chat({**request, "tool_choice": "none"}))["choices"][0]
+    assert "tool_calls" not in answer["message"] and answer["finish_reason"] != "tool_calls"
+
+
 @resident("think")
 def test_a_template_without_tools_gets_them_described(server, demo_model):
     # The think template renders no tools: they reach the model in a system message,
@@ -174,19 +277,6 @@ def test_a_template_without_tools_gets_them_described(server, demo_model):
     request = body("think", "hello")
     prompt = ok(server.post("/apply-template", request))["prompt"]
     assert "get_weather" in prompt and '"tool_call"' in prompt
-
-
-@resident("qwen3")
-def test_a_conversation_with_calls_and_results_renders(server):
-    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    messages = [{"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [call], "reasoning_content": "Ask the tool."},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
-    prompt = ok(server.post("/apply-template", {"model": name("qwen3"), "messages": messages, "tools": TOOLS}))["prompt"]
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
-    assert "<tool_response>\nsunny\n</tool_response>" in prompt and "<think>Ask the tool.</think>" in prompt
-    answer = ok(server.chat({"model": name("qwen3"), "messages": messages, "tools": TOOLS, "max_tokens": 8}))
-    check_shape(answer, "ChatCompletion")
 
 
 # -- reasoning ----------------------------------------------------------------------------
@@ -215,7 +305,7 @@ def test_reasoning_formats(server):
 
 @resident("think")
 def test_a_block_the_prompt_opened_is_reasoning(server):
-    request = {"model": name("think"), "max_tokens": 12, "messages": [{"role": "user", "content": "Hi"}]}
+    request = {"model": name("think"), "max_tokens": 12, "messages": [{"role": "user", "content": "Hi"}], **CACHE}
     prompt = ok(server.post("/apply-template", request))["prompt"]
     assert prompt.endswith("<think>\n")
     raw = raw_answer(server, request)
@@ -260,51 +350,6 @@ def test_required_with_no_tools_or_with_a_grammar_is_a_400(server):
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
 
 
-# -- tool_choice required / named: the answer constrained to calls ----------------------------
-TWO_TOOLS = TOOLS + [{"type": "function", "function": {
-    "name": "get_time", "description": "The time in a zone",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
-QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-REQUIRED = {"max_tokens": 60, "tools": TWO_TOOLS, "messages": QUESTION, "parallel_tool_calls": False,
-            "tool_choice": "required", **CACHE}
-
-
-@pytest.fixture(scope="module")
-def required_answers(server):
-    """family -> the whole answer to REQUIRED (plain decoding), each made once: the
-    enforcement test checks it and the speculation test compares with qwen3's, which is
-    then made while the plain qwen3 model is resident (not one reload more)."""
-    answers = {}
-
-    def answer(family):
-        if family not in answers:
-            answers[family] = ok(server.chat({**REQUIRED, "model": name(family)}))
-        return answers[family]
-    return answer
-
-
-@pytest.mark.parametrize("family", BY_FAMILY)
-def test_required_and_named_choices_are_enforced(server, required_answers, family):
-    """``required`` answered whole, the named choice streamed: each choice is enforced by
-    the family's grammar in the worker, the same for either delivery (a stream's calls
-    are put back together by the same parser as a whole answer's, which
-    test_each_family_s_calls_are_parsed_from_the_answer checks per family), so one
-    answer per choice checks both choices and both deliveries."""
-    answer = required_answers(family)["choices"][0]
-    assert answer["finish_reason"] == "tool_calls", answer
-    required = calls_of(answer["message"])
-    named = {"type": "function", "function": {"name": "get_time"}}
-    _, _, forced, s_finish = streamed(server.stream("/v1/chat/completions",
-                                                    {**REQUIRED, "model": name(family), "tool_choice": named}))
-    assert s_finish == "tool_calls"
-    for calls, names in ((required, {"get_weather", "get_time"}), (forced, {"get_time"})):
-        assert len(calls) == 1 and calls[0][0] in names, calls
-        key = "city" if calls[0][0] == "get_weather" else "zone"
-        assert set(calls[0][1]) == {key} and isinstance(calls[0][1][key], str)     # the tool's schema, nothing else
-
-
 @resident("qwen3 ngram-mod")
 def test_enforced_calls_are_the_same_with_speculation(server, required_answers):
     # The grammar constrains every verify row: drafting changes nothing in the answer.
@@ -320,28 +365,3 @@ def test_enforced_calls_are_the_same_with_speculation(server, required_answers):
 def test_enable_think_and_kwargs_that_disagree_are_a_400(server):
     r = server.chat(body("qwen3", "hi", enable_think=True, chat_template_kwargs={"enable_thinking": False}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "enable_think"
-
-
-# -- the official OpenAI SDK ----------------------------------------------------------------
-@resident("qwen3")
-def test_openai_sdk_gets_tool_calls(server):
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
-    text, expected = CASES["qwen3"]
-    request = body("qwen3", text)
-    completion = client.chat.completions.create(model=request["model"], messages=request["messages"],
-                                                tools=TOOLS, max_tokens=80, extra_body=CACHE)
-    choice = completion.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls] == expected
-
-    calls = {}
-    finish = None
-    with client.chat.completions.stream(model=request["model"], messages=request["messages"], tools=TOOLS,
-                                        max_tokens=80, extra_body=CACHE) as stream:
-        for event in stream:
-            if event.type == "tool_calls.function.arguments.done":
-                calls[event.index] = (event.name, json.loads(event.arguments))
-        final = stream.get_final_completion()
-        finish = final.choices[0].finish_reason
-    assert [calls[i] for i in sorted(calls)] == expected and finish == "tool_calls"
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in final.choices[0].message.tool_calls] == expected
