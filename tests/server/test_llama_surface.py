@@ -108,11 +108,12 @@ def test_v1_completions_honours_n_predict_and_token_prompts(server):
 
 # -- speculation on every decoding route: same tokens, acceptance reported -------------------
 # Tokens per answer in the identity checks: the repeat prompt is drafted from its first
-# tokens on (the n-gram finds it in the prompt), so 12 tokens hold several accepted drafts
-# and still take fewer steps than plain decoding, and every sampler's answer still parts
-# from its answer with the sampler switched off (each test asserts both); each further
-# token is one more decode in every one of the checks' ~60 answers.
-ANSWER = 12
+# tokens on (the n-gram finds it in the prompt), so 16 tokens hold several accepted drafts
+# and still take fewer steps than plain decoding, and every sampler's answer parts from
+# its answer with the sampler switched off (each test asserts both). 12 tokens passed here,
+# but a sampler's switched-off answer can stay equal for a dozen tokens (dynatemp's did
+# on a shorter prompt): 16 keeps a margin on other CPUs' numerics.
+ANSWER = 16
 # The routes' answers are as long: what they check is each route's way to the engine;
 # 12 greedy tokens of the repeat take several accepted drafts and fewer steps, which
 # each one must show.
