@@ -116,23 +116,30 @@ def q8_pair(tiny, tmp_path_factory):
     return q8_copy(target, tmp_path_factory.mktemp("q8c") / "aligned-target-q8.gguf"), draft
 
 
-@pytest.mark.parametrize("temperature, seed", [(0.0, 0), (0.8, 1), (1.0, 3)])
-def test_draft_mtp_is_plain_constrained_decoding(q8_pair, temperature, seed):
-    """The tiny Gemma-4 pair (its 256-token vocabulary: a grammar of its words)."""
+@pytest.fixture(scope="module")
+def mtp_sessions(q8_pair):
+    """A plain and a draft-mtp session of the Q8_0 target, shared by the temperatures: each
+    prefills the prompt once and every later answer reuses it from the KV cache (a session
+    per temperature prefilled it six times)."""
     target, draft = q8_pair
     plain = Session(target, LoadOptions(nctx=512))
     spec = Session(target, LoadOptions(nctx=512, spec=SpecOptions(types=("draft-mtp",), draft_model=str(draft),
                                                                  draft_path=draft, policy="fixed")))
-    try:
-        assert spec.speculative, spec.spec_notes
-        grammar = Grammar.parse("gbnf", 'root ::= ("the cat " | "sat on " | "a mat " | [a-z ])+')
-        tokens = plain.tokenize_prompt("the cat sat on a mat while he thinks of rain " * 4)
-        sampling = SamplingParams(temperature=temperature, seed=seed)
-        want, _, _ = answer(plain, tokens, sampling, speculative=False, grammar=grammar, max_tokens=100)
-        for forced in (True, False):
-            got, stats, _ = answer(spec, tokens, sampling, grammar=grammar, forced=forced, max_tokens=100)
-            check(got, want, f"draft-mtp, temperature {temperature}, forced drafts {forced}")
-            assert stats.drafted > 0
-    finally:
-        spec.close()
-        plain.close()
+    yield plain, spec
+    spec.close()
+    plain.close()
+
+
+@pytest.mark.parametrize("temperature, seed", [(0.0, 0), (0.8, 1), (1.0, 3)])
+def test_draft_mtp_is_plain_constrained_decoding(mtp_sessions, temperature, seed):
+    """The tiny Gemma-4 pair (its 256-token vocabulary: a grammar of its words)."""
+    plain, spec = mtp_sessions
+    assert spec.speculative, spec.spec_notes
+    grammar = Grammar.parse("gbnf", 'root ::= ("the cat " | "sat on " | "a mat " | [a-z ])+')
+    tokens = plain.tokenize_prompt("the cat sat on a mat while he thinks of rain " * 4)
+    sampling = SamplingParams(temperature=temperature, seed=seed)
+    want, _, _ = answer(plain, tokens, sampling, speculative=False, grammar=grammar, max_tokens=100)
+    for forced in (True, False):
+        got, stats, _ = answer(spec, tokens, sampling, grammar=grammar, forced=forced, max_tokens=100)
+        check(got, want, f"draft-mtp, temperature {temperature}, forced drafts {forced}")
+        assert stats.drafted > 0

@@ -24,14 +24,21 @@ REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over th
           "The quick brown fox jumps over the lazy dog again.")
 CODE = ("Rewrite this function with the variable renamed from total to result:\n\n"
         "def add(a, b):\n    total = a + b\n    print('sum', a, b, total)\n    return total\n")
-# Notes before the request: the essay fills the 256-token context after ~60 tokens of
-# answer (a prompt prefills in batches, far cheaper than decoding the same length).
-ESSAY = ("My notes: Rome was founded, by legend, in 753 BC. It was a kingdom, then a republic "
-         "led by consuls and the senate. It fought Carthage in three Punic Wars and won them. "
-         "Julius Caesar crossed the Rubicon in 49 BC; Augustus became the first emperor in "
-         "27 BC. The empire reached its largest extent under Trajan. Diocletian split its rule; "
-         "Constantine founded Constantinople. The western empire fell in 476 AD; the eastern "
-         "empire lasted until 1453. Latin, roads, aqueducts and law are among its legacies. "
+# Notes before the request: the essay fills the 256-token context after 12 tokens of answer.
+# What the essay is for is an answer that ends because the context is full; each of its 8
+# answers (the plain one and 7 methods) decodes every answer token, while the prompt is
+# prefilled once per context (plain, speculative, two draft contexts), so the notes are
+# long and the answer short (with 175 prompt tokens, 82 answer tokens made the essay
+# three fifths of the module's decoding). 12 tokens: Oracle(7)'s second step is cut to 3
+# drafts by the room left (test_full_context_inside_an_accepted_run).
+ESSAY = ("My notes: Rome was founded, by legend, in 753 BC by Romulus and Remus. It was a kingdom, then a "
+         "republic led by two consuls, elected every year, and the senate. It fought Carthage in three Punic "
+         "Wars and won them; Hannibal crossed the Alps with elephants. Julius Caesar conquered Gaul and crossed "
+         "the Rubicon in 49 BC; he was killed on the Ides of March, 44 BC. Augustus became the first emperor in "
+         "27 BC and began the Pax Romana. The empire reached its largest extent under Trajan, from Britain to "
+         "Mesopotamia; Hadrian built a wall. Diocletian split its rule among four emperors; Constantine made "
+         "Christianity legal and founded Constantinople. The western empire fell in 476 AD; the eastern empire, "
+         "Byzantium, lasted until its fall in 1453. Latin, roads, aqueducts and law are among its legacies. "
          "Using these notes, write a long essay about the history of the Roman Empire, with many details.")
 GREEDY = SamplingParams()
 SEEDED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
@@ -105,9 +112,9 @@ def reference(plain):
 
 
 # What every method answers: a quoting prompt (greedy, 11 tokens to its end token), code
-# (seeded: 40 tokens, where every n-gram method has drafted and accepted from its 20th),
-# and the essay that fills the 256-token context (greedy, 82 tokens).
-PROMPTS = ((REPEAT, GREEDY, 120), (CODE, SEEDED, 40), (ESSAY, GREEDY, 400))
+# (seeded: 32 tokens; every n-gram method has drafted and accepted by its 25th, asserted),
+# and the essay that fills the 256-token context (greedy, 12 tokens).
+PROMPTS = ((REPEAT, GREEDY, 120), (CODE, SEEDED, 32), (ESSAY, GREEDY, 400))
 
 
 @pytest.fixture(scope="module")
@@ -144,9 +151,25 @@ def test_every_method_is_identical_to_plain(method, every_method_answers, refere
         assert got_stats.stop_reason == want_stats.stop_reason
         drafted += got_stats.drafted
         accepted += got_stats.accepted
+        if sampling is SEEDED:      # the seeded identity is not vacuous either
+            assert got_stats.accepted > 0, (method, "accepted no draft in the seeded answer")
     assert drafted > 0 and accepted > 0, "the method never drafted and accepted: the test would prove nothing"
     # The essay fills the 256-token context: the end is the same too.
     assert want_stats.stop_reason == "context_length"
+
+
+# Before the Oracle tests on REPEAT: the plain session's last answer is the essay's reference
+# (test_every_method_is_identical_to_plain), so its prompt is reused, not prefilled again.
+def test_full_context_inside_an_accepted_run(plain, reference):
+    want, want_stats = reference(ESSAY, GREEDY, 400)
+    assert want_stats.stop_reason == "context_length"
+    steps = []
+    got, stats = answer(plain, ESSAY, GREEDY, 400, drafter=Oracle(want, 7), steps=steps)
+    assert got == want and stats.stop_reason == "context_length"
+    # The context fills inside a run of accepted drafts: the last verify's drafts were cut
+    # by the room left (fewer than the oracle's 7), and all of them were accepted.
+    last = [s for s in steps if s.target][-1]
+    assert 0 < len(last.drafted) < 7 and last.accepted == len(last.drafted), last
 
 
 class Oracle(Drafter):
@@ -211,10 +234,15 @@ def test_endings_inside_accepted_runs(plain, reference, sampling):
     cases += [dict(stop=(text[i:i + 3],)) for i in (5, 11, 17, 23, 30) if text[i:i + 3].strip()]
     cases.append({})   # the natural end (eos)
     for case in cases:
-        if case.get("max_tokens", len(full)) < len(full):
+        n = case.get("max_tokens")
+        if n is not None and n < len(full):
             # Plain decoding cut at n tokens before its natural end is the first n of its
             # full answer (one draw per token from the same stream): no plain run of its own.
-            want, want_stop = full[:case["max_tokens"]], "length"
+            want, want_stop = full[:n], "length"
+        elif n is not None and n > len(full) and full_stats.stop_reason == "eos":
+            # Nor a limit past the end token: the answer never reaches it. (A limit at the
+            # answer's length, where the limit and the end token meet, runs plainly.)
+            want, want_stop = full, "eos"
         else:
             want, want_stats = reference(REPEAT, sampling, case.get("max_tokens", 120), case.get("stop", ()))
             want_stop = want_stats.stop_reason
@@ -231,13 +259,6 @@ def test_endings_inside_accepted_runs(plain, reference, sampling):
     # Stop strings and the end token land inside accepted runs (the loop never drafts
     # past --max-tokens, so a length stop always falls on the target's own row).
     assert inside >= 3
-
-
-def test_full_context_inside_an_accepted_run(plain, reference):
-    want, want_stats = reference(ESSAY, GREEDY, 400)
-    assert want_stats.stop_reason == "context_length"
-    got, stats = answer(plain, ESSAY, GREEDY, 400, drafter=Oracle(want, 7))
-    assert got == want and stats.stop_reason == "context_length"
 
 
 def test_draft_simple_drafting_for_itself_accepts_everything(short_bench, reference):
