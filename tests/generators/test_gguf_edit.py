@@ -1,5 +1,5 @@
 """tests/support/gguf_edit.py: the byte-splicing GGUF copier behind the demo model's
-variants (templates, FIM/pooling keys, the shallow draft) gives the file gguf-py would
+variants (templates, FIM and pooling keys) gives the file gguf-py would
 write, and the product's own GGUF checks accept it."""
 import gguf
 import numpy as np

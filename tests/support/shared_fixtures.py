@@ -45,25 +45,6 @@ def demo_q4_0(demo_model, tmp_path_factory):
     return requantize.requantize(demo_model, tmp_path_factory.mktemp("q4_0") / "demo.Q4_0.gguf")
 
 
-SHALLOW_LAYERS = 4      # of the demo model's 30
-
-
-@pytest.fixture(scope="session")
-def demo_shallow(demo_model, tmp_path_factory):
-    """The demo model cut to its first :data:`SHALLOW_LAYERS` layers (same vocabulary,
-    embeddings and head; tests/support/gguf_edit.py): a separate draft model for
-    draft-simple that costs a seventh of the target per row, where the target drafting
-    for itself costs as much as it does (a 1,000-token prompt is prefilled twice). Its
-    drafts are mostly rejected: draft-simple's rows are verified and the answer must
-    still be the target's."""
-    import gguf_edit
-
-    def keep(name):
-        return not name.startswith("blk.") or int(name.split(".")[1]) < SHALLOW_LAYERS
-    return gguf_edit.edit(demo_model, tmp_path_factory.mktemp("shallow") / "demo-shallow.gguf",
-                          {"llama.block_count": SHALLOW_LAYERS}, keep)
-
-
 @pytest.fixture(scope="session")
 def tool_models(demo_model, tmp_path_factory):
     """The demo model with a chat template that renders tools and thoughts per tool-call family
