@@ -1,5 +1,5 @@
 """Copies of the demo model with metadata written in, for the server routes that need
-what SmolLM2's GGUF does not declare (``requantize.rewrite`` in tests/support/requantize.py):
+what SmolLM2's GGUF does not declare (``gguf_edit.edit`` in tests/support/gguf_edit.py):
 
 - ``{arch}.pooling_type`` = mean: the model declares a pooling, so ``/embeddings`` and
   ``/v1/embeddings`` answer (the plain demo model is refused there);
@@ -14,7 +14,7 @@ what SmolLM2's GGUF does not declare (``requantize.rewrite`` in tests/support/re
 import sys
 from pathlib import Path
 
-from requantize import rewrite
+from gguf_edit import edit
 
 POOLING_MEAN = 1                       # llama_pooling_type
 FIM = {"pre": 3, "suf": 5, "mid": 6}   # token ids declared as the FIM tokens
@@ -27,7 +27,7 @@ def demo_with_pooling_and_fim(src, dst):
         return dst
     keys = {"llama.pooling_type": POOLING_MEAN}
     keys.update({f"tokenizer.ggml.fim_{name}_token_id": tok for name, tok in FIM.items()})
-    return rewrite(src, dst, keys)
+    return edit(src, dst, keys)
 
 
 if __name__ == "__main__":

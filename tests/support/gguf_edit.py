@@ -61,11 +61,13 @@ def _nbytes(dims, ggml_type):
     return n // block * size
 
 
-def edit(src, dst, keys=None, keep=None):
+def edit(src, dst, keys=None, keep=None, convert=None):
     """Write ``dst``: ``src`` with the metadata ``keys`` set (``{name: value}``; a key the
     file has keeps its type, a new one is a string or a uint32) and only the tensors
-    whose names ``keep(name)`` accepts (all without ``keep``). Written under a temporary
-    name and renamed; returns ``dst``."""
+    whose names ``keep(name)`` accepts (all without ``keep``). ``convert(name, dims,
+    ggml_type)`` may return a function that takes the tensor's bytes and returns ``(new
+    type, new bytes)`` (same dims); other tensors are copied as they are. Written under a
+    temporary name and renamed; returns ``dst``."""
     src, dst = Path(src), Path(dst)
     keys = dict(keys or {})
     with open(src, "rb") as f:
@@ -99,18 +101,28 @@ def edit(src, dst, keys=None, keep=None):
     data_start = -(-off // alignment) * alignment
     pad = lambda n: b"\0" * (-n % alignment)      # noqa: E731 (bytes up to the next boundary)
     infos, placed, at = [], [], 0
-    for name, dims, ggml_type, offset in tensors:
-        infos.append(_string(name) + _U32.pack(len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
-                     + _U32.pack(ggml_type) + _U64.pack(at))
-        size = _nbytes(dims, ggml_type)
-        placed.append((data_start + offset, size))
-        at += size + (-size % alignment)
+    with open(src, "rb") as fin:
+        for name, dims, ggml_type, offset in tensors:
+            size = _nbytes(dims, ggml_type)
+            change = convert(name, dims, ggml_type) if convert is not None else None
+            if change is not None:          # converted now: its size is the new type's
+                fin.seek(data_start + offset)
+                ggml_type, raw = change(fin.read(size))
+                size = len(raw)
+            infos.append(_string(name) + _U32.pack(len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+                         + _U32.pack(ggml_type) + _U64.pack(at))
+            placed.append(raw if change is not None else (data_start + offset, size))
+            at += size + (-size % alignment)
     header = b"".join([b"GGUF", _U32.pack(version), _U64.pack(len(tensors)), _U64.pack(len(records)),
                        *records, *infos])
     tmp = dst.with_name(dst.name + ".part")
     with open(src, "rb") as fin, open(tmp, "wb") as out:
         out.write(header + pad(len(header)))
-        for source, size in placed:
+        for where in placed:
+            if isinstance(where, bytes):
+                out.write(where + pad(len(where)))
+                continue
+            source, size = where
             fin.seek(source)
             out.write(fin.read(size))
             out.write(pad(size))

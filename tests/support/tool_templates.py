@@ -23,7 +23,7 @@ markers llama.cpp's server detects the family by:
 import sys
 from pathlib import Path
 
-from requantize import rewrite
+from gguf_edit import edit
 
 _SYSTEM_AND_TOOLS = """
 {%- if messages[0].role == 'system' %}{% set system = messages[0].content %}{% set rest = messages[1:] %}
@@ -89,7 +89,7 @@ def demo_with_template(src, dst, family):
     newest = max(src.stat().st_mtime, Path(__file__).stat().st_mtime)
     if dst.exists() and dst.stat().st_mtime >= newest:
         return dst
-    return rewrite(src, dst, {"tokenizer.chat_template": TEMPLATES[family]})
+    return edit(src, dst, {"tokenizer.chat_template": TEMPLATES[family]})
 
 
 if __name__ == "__main__":
