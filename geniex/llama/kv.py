@@ -17,11 +17,11 @@ def common_prefix(a, b, start=0):
     return i
 
 
-# Rows of a prompt decoded per llama_decode call (at most): a prompt whose client went away
-# stops within one chunk, and progress is reported per chunk (on a 2-core CPU a 512-row chunk of the
-# 135M demo model took 5-10 s; a 1B model takes far longer). A multiple of the default
-# micro-batch (32 rows): llama_decode cuts a call into the same micro-batches either way,
-# so the KV cache holds the same bits.
+# Rows of a prompt decoded per llama_decode call (at most): a prompt whose client went
+# away stops within one chunk, and progress is reported per chunk (on a 2-core CPU a
+# 512-row chunk of the 135M demo model took 5-10 s; a 1B model takes far longer). A
+# multiple of the default micro-batch (32 rows): llama_decode cuts a call into the same
+# micro-batches either way, so the KV cache holds the same bits.
 PROMPT_CHUNK = 128
 
 
