@@ -1,6 +1,6 @@
 """tests/support/gguf_edit.py: the byte-splicing GGUF copier behind the demo model's
-variants (templates, FIM and pooling keys) gives the file gguf-py would
-write, and the product's own GGUF checks accept it."""
+variants (templates, FIM and pooling keys) and the Q4_0 copy gives the file gguf-py
+would write, and the product's own GGUF checks accept it."""
 import gguf
 import numpy as np
 import pytest
@@ -40,12 +40,19 @@ def test_keys_are_set_added_and_kept(target, tmp_path):
     assert read_header(out).metadata["tokenizer.chat_template"] == "{{ x }}"
 
 
-def test_tensors_left_out_and_the_rest_realigned(target, tmp_path):
-    keep = lambda name: not name.startswith("blk.1.")         # noqa: E731
-    out = gguf_edit.edit(target, tmp_path / "one-layer.gguf", {"gemma4.block_count": 1}, keep)
-    want = {k: (t, d.tobytes()) for k, (t, d) in data(target).items() if keep(k)}
-    assert {k: (t, d.tobytes()) for k, (t, d) in data(out).items()} == want
-    assert len(want) < len(data(target))
+def test_converted_tensors_change_size_and_the_rest_are_realigned(target, tmp_path):
+    def convert(name, dims, ggml_type):
+        if ggml_type != 0 or len(dims) != 1:           # F32 vectors (the norms) to F16
+            return None
+        return lambda raw: (1, np.frombuffer(raw, dtype=np.float32).astype(np.float16).tobytes())
+    out = gguf_edit.edit(target, tmp_path / "f16-norms.gguf", convert=convert)
+    before, after = data(target), data(out)
+    changed = {k for k, (t, _) in before.items() if t == 0 and before[k][1].ndim == 1}
+    assert changed and set(after) == set(before)
+    for k, (t, d) in after.items():
+        if k in changed:
+            assert t == 1 and np.array_equal(d, before[k][1].astype(np.float16))
+        else:
+            assert (t, d.tobytes()) == (before[k][0], before[k][1].tobytes())
     header = read_header(out, check_model=False)      # offsets, sizes and alignment checked
     assert all(t.offset % 32 == 0 for t in header.tensors.values())
-    assert header.metadata["gemma4.block_count"] == 1
