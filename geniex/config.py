@@ -34,24 +34,33 @@ def default_data_dir(platform=None, environ=None, home=None):
 
 
 def physical_cores():
-    """Physical core count (hyper-threads share a core's FPUs, so they do not help decode)."""
+    """Physical cores this process may run on: its CPU affinity (``taskset``, a
+    container's cpuset) where the platform has one, counted by core (hyper-threads share
+    a core's FPUs, so they do not help decode). More decode threads than allowed CPUs
+    is the worst case, not a small loss: OpenMP threads spin at every barrier waiting
+    for a thread that has no CPU to run on (a prompt took 5x as long here)."""
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
-        cores = set()
         with open("/proc/cpuinfo") as f:
-            phys = core = None
-            for line in f:
-                if line.startswith("physical id"):
-                    phys = line.split(":")[1].strip()
-                elif line.startswith("core id"):
-                    core = line.split(":")[1].strip()
-                elif not line.strip():
-                    if core is not None:
-                        cores.add((phys, core))
-                    phys = core = None
-            if core is not None:
-                cores.add((phys, core))
-        if cores:
-            return min(len(cores), os.cpu_count() or len(cores))
+            counted = cores_in_cpuinfo(f.read(), allowed)
+        if counted:
+            return counted
     except OSError:
         pass
-    return os.cpu_count() or 1
+    return len(allowed) if allowed else (os.cpu_count() or 1)
+
+
+def cores_in_cpuinfo(text, allowed=None):
+    """The number of distinct (physical id, core id) pairs among the ``processor``
+    entries of a Linux ``/proc/cpuinfo`` text that are in ``allowed`` (all when None);
+    0 when the text has no core ids (some ARM kernels, containers)."""
+    cores = set()
+    for block in text.split("\n\n"):
+        fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if "core id" not in fields or "processor" not in fields:
+            continue
+        if allowed is not None and int(fields["processor"]) not in allowed:
+            continue
+        cores.add((fields.get("physical id"), fields["core id"]))
+    return len(cores)

@@ -353,6 +353,36 @@ def test_data_dir_defaults_follow_each_platform(tmp_path):
     assert config.default_data_dir("win32", {}, home) == home / "AppData" / "Local" / "geniex"
 
 
+# Two sockets of two cores with two hyper-threads each: processors 0-3 are the first
+# thread of each core, 4-7 their siblings (the numbering Linux gives x86 machines).
+CPUINFO = "\n\n".join(f"processor\t: {p}\nphysical id\t: {(p % 4) // 2}\ncore id\t\t: {p % 2}\n"
+                      for p in range(8))
+
+
+@pytest.mark.fast
+def test_cores_are_counted_among_the_cpus_the_process_may_use():
+    assert config.cores_in_cpuinfo(CPUINFO) == 4
+    assert config.cores_in_cpuinfo(CPUINFO, {0, 4}) == 1       # one core's two hyper-threads
+    assert config.cores_in_cpuinfo(CPUINFO, {0, 1, 5}) == 2
+    assert config.cores_in_cpuinfo(CPUINFO, {0, 2}) == 2       # same core id, other socket
+    assert config.cores_in_cpuinfo("processor\t: 0\nBogoMIPS\t: 48.00\n") == 0   # no core ids: caller falls back
+
+
+def test_a_process_limited_to_one_cpu_decodes_on_one_thread(demo_model, tmp_path):
+    """``taskset -c 0 geniex infer`` (or a container's cpuset) gets one thread by default:
+    two OpenMP threads on one CPU spin at every barrier for the thread that cannot run."""
+    if not hasattr(os, "sched_setaffinity"):     # macOS, Windows: every core is the process's
+        assert config.physical_cores() >= 1
+        return
+    one_cpu = min(os.sched_getaffinity(0))
+    env = {**os.environ, "GENIEX_DATADIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "geniex", "infer", demo_model, "-p", "Hi", "--max-tokens", "1",
+                           "--verbose"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {one_cpu}))
+    assert proc.returncode == 0, proc.stderr
+    assert "threads 1/1;" in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("args", [["--version"], ["list", "--version"], ["pull", "--version"],
                                   ["infer", "-p", "x", "--version"]])
 def test_version_anywhere_on_the_line_reports_the_library(args, capsys):
