@@ -10,11 +10,12 @@ as its chat form (same prompt tokens, same answer).
 """
 import json
 
-import anthropic
-import openai
 import pytest
 
 from serverproc import AppServer, ok
+
+# The SDKs are imported in the tests that use them: importing them takes seconds,
+# paid at collection by every pytest-xdist worker otherwise.
 
 MODEL = None            # the qwen3 tool model's path, set by the server fixture (requests name the file)
 SYSTEM = "You repeat the user's text exactly, nothing else."
@@ -61,6 +62,7 @@ def followup(server):
 
 
 def test_responses_api_returns_and_takes_function_calls(server, followup):
+    import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", default_headers=KEEP)
     resp = client.responses.create(model=MODEL, instructions=SYSTEM, input=ASK, tools=OPENAI_TOOLS,
                                    max_output_tokens=80)
@@ -87,6 +89,7 @@ def test_responses_api_returns_and_takes_function_calls(server, followup):
 
 
 def test_messages_api_returns_and_takes_tool_use(server, followup):
+    import anthropic
     client = anthropic.Anthropic(base_url=server.url, api_key="unused", default_headers=KEEP)
     msg = client.messages.create(model=MODEL, system=SYSTEM, max_tokens=80, tools=ANTHROPIC_TOOLS,
                                  messages=[{"role": "user", "content": ASK}])
@@ -112,6 +115,8 @@ def test_messages_api_returns_and_takes_tool_use(server, followup):
 
 
 def test_what_this_server_cannot_honour_is_refused_by_name(server):
+    import anthropic
+    import openai
     openai_client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
     with pytest.raises(openai.BadRequestError, match=r"tools\[1\]\.type: 'web_search'"):
         openai_client.responses.create(model=MODEL, input="hi", tools=[*OPENAI_TOOLS, {"type": "web_search"}])

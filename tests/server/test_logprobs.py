@@ -6,11 +6,13 @@ MTP pair)."""
 import json
 import math
 
-import openai
 import pytest
 import requests
 
 from serverproc import AppServer, DEMO, chat_body, check_shape, ok
+
+# The SDKs are imported in the tests that use them: importing them takes seconds,
+# paid at collection by every pytest-xdist worker otherwise.
 
 REPEAT = "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
 LOOP = "the cat sat on the mat. the cat sat on the mat. the cat sat on the mat."
@@ -81,6 +83,7 @@ def test_chat_logprobs_streamed_equal_the_whole_answer(server):
 
 
 def test_openai_sdk_reads_logprobs(server):
+    import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
     r = client.chat.completions.create(model=DEMO, messages=[{"role": "user", "content": "Say hello."}],
                                        max_tokens=6, logprobs=True, top_logprobs=2)

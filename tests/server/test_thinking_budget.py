@@ -8,11 +8,13 @@ What a held answer must be is built from the plain one: its first N tokens are t
 thoughts, then the closing run (the message and ``</think>``) is forced, and the rest is
 what the model writes after those tokens (``/completion`` on the token ids).
 """
-import anthropic
 import pytest
 
 from geniex.server.answering import Defaults
 from serverproc import AppServer, check_shape, ok
+
+# The SDKs are imported in the tests that use them: importing them takes seconds,
+# paid at collection by every pytest-xdist worker otherwise.
 
 MESSAGES = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
 MAX = 20
@@ -101,6 +103,7 @@ def test_a_budget_with_a_grammar_is_refused_by_name(server):
 
 
 def test_extended_thinking_on_the_messages_api(server, plain):
+    import anthropic
     client = anthropic.Anthropic(base_url=server.url, api_key="unused")
     reasoning, content = held(server, plain, 6, MESSAGE)
     ask = dict(model=server.model, max_tokens=MAX, messages=MESSAGES, extra_body={"temperature": 0},

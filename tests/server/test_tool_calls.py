@@ -8,11 +8,13 @@ what the family's parser makes of the raw text the model wrote for the same prom
 """
 import json
 
-import openai
 import pytest
 
 from geniex.engine import toolcalls
 from serverproc import AppServer, check_shape, ok
+
+# The SDKs are imported in the tests that use them: importing them takes seconds,
+# paid at collection by every pytest-xdist worker otherwise.
 
 # The tools carry no description (optional in OpenAI's shape): every prompt renders them,
 # and nothing here reads one; each token of them is a prefilled row in every family.
@@ -151,6 +153,7 @@ def test_each_family_s_calls_are_parsed_from_the_answer(server, streamed_calls, 
 # (the file's order inside the qwen3 group), so the prompt is still in the KV cache.
 @resident("qwen3")
 def test_openai_sdk_gets_tool_calls(server):
+    import openai
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
     text, expected = CASES["qwen3"]
     request = body("qwen3", text)
