@@ -18,6 +18,9 @@ from geniex.llama import cache_types, kv
 from geniex.llama.kv import PROMPT_CHUNK
 from geniex.llama.objects import Batch, Context, Model
 
+# One-row decodes and batch rows on two threads (tests/support/parallel.py).
+pytestmark = pytest.mark.all_cores
+
 POS = 260          # past 256 cached cells: a 512-cell KV window, where the F16 split-KV path starts
 
 

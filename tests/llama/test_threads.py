@@ -5,6 +5,9 @@ import pytest
 from geniex.llama import threads
 from geniex.llama.threads import ThreadGovernor
 
+# Answers that move between one thread and every core (tests/support/parallel.py).
+pytestmark = pytest.mark.all_cores
+
 
 class Recorder:
     """Stands in for a context's ``set_threads`` to record the governor's choices."""

@@ -6,6 +6,9 @@ import pytest
 from geniex.config import physical_cores
 from serverproc import AppServer, DEMO, ok
 
+# An f16 cache's split attention on every core (tests/support/parallel.py).
+pytestmark = pytest.mark.all_cores
+
 ASK = {"model": DEMO, "max_tokens": 40,
        "messages": [{"role": "user", "content": "Name five colours, one per line, with a fruit of that colour."}]}
 

@@ -20,6 +20,9 @@ from geniex.speculative.options import SpecOptions
 from identity import METHODS, SAMPLINGS, first_difference, gen_options
 from test_mtp import q8_copy
 
+# The identity of speculative output on every core (tests/support/parallel.py).
+pytestmark = pytest.mark.all_cores
+
 # Answers start 16 tokens before position 1,024 and run 16 past it: the n-gram methods
 # need about that long to find a draft in a constrained answer (without forced drafts,
 # ngram-map-k and ngram-cache drafted nothing in 20 greedy tokens from 1,020). The prompt

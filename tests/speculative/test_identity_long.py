@@ -22,6 +22,9 @@ from identity import AT_DEFAULTS, LAYOUT, METHODS, SAMPLINGS, THREADS, first_dif
 from geniex.engine.session import LoadOptions, Session
 from geniex.speculative.options import SpecOptions
 
+# The identity of speculative output on every core (tests/support/parallel.py).
+pytestmark = pytest.mark.all_cores
+
 
 def check_method(bench, prompts, pname, method):
     """``method``'s answers to ``pname``, greedy and seeded, are the plain ones; each drafted."""

@@ -185,6 +185,7 @@ def check_steps(steps, n_max):
 
 # -- identical output, in-process ---------------------------------------------------------
 
+@pytest.mark.all_cores         # a batch on two threads (tests/support/parallel.py)
 def test_verify_rows_equal_one_row_decodes(q8):
     """The premise of "identical to plain": on the Q8_0 tiny target, every row of a
     verify batch (2-6 rows, inside and beyond the sliding window) has exactly the
