@@ -58,7 +58,7 @@ def cores_in_cpuinfo(text, allowed=None):
     for block in text.split("\n\n"):
         fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
         fields = {k.strip(): v.strip() for k, v in fields.items()}
-        if "core id" not in fields or "processor" not in fields:
+        if "core id" not in fields or not fields.get("processor", "").isdigit():
             continue
         if allowed is not None and int(fields["processor"]) not in allowed:
             continue

@@ -366,6 +366,7 @@ def test_cores_are_counted_among_the_cpus_the_process_may_use():
     assert config.cores_in_cpuinfo(CPUINFO, {0, 1, 5}) == 2
     assert config.cores_in_cpuinfo(CPUINFO, {0, 2}) == 2       # same core id, other socket
     assert config.cores_in_cpuinfo("processor\t: 0\nBogoMIPS\t: 48.00\n") == 0   # no core ids: caller falls back
+    assert config.cores_in_cpuinfo("Processor\t: ARMv7 rev 4\ncore id\t: 0\n") == 0     # an old ARM kernel's layout
 
 
 def test_a_process_limited_to_one_cpu_decodes_on_one_thread(demo_model, tmp_path):
