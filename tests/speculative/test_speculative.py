@@ -354,7 +354,9 @@ def test_trace_file_matches_the_counters(cli, tmp_path):
     assert all(s["method"] in ("ngram-mod", "") for s in steps)
     assert sum(len(s["committed"]) for s in steps) == summary["decode_tokens"]
     assert re.search(r"• \d+% accept —", proc.stderr) is None      # verbose prints the block
-    short = cli("infer", "-p", REPEAT, "--spec-type", "ngram-mod")
+    # Fixed drafts: the auto policy may find drafting not worth it on one thread of a
+    # 2-core machine (a batch row costs nearly a decode there) and print no accept rate.
+    short = cli("infer", "-p", REPEAT, "--spec-type", "ngram-mod", "--draft-policy", "fixed")
     assert re.search(r"• \d+% accept —$", short.stderr, re.M), short.stderr
 
 
