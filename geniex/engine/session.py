@@ -41,8 +41,8 @@ class LoadOptions:
     nctx: int = 4096
     ngl: int = -1
     compute: str | None = None
-    threads: int = 0                 # one-row decodes (0 = every physical core)
-    threads_batch: int = 0           # multi-row batches (0 = every physical core)
+    threads: int = 0                 # one-row decodes (0 = every physical core it may run on)
+    threads_batch: int = 0           # multi-row batches (0 = the same)
     # A quantized KV cache keeps one-row decodes on every core bitwise equal to verify
     # rows (docs/speculative.md, "Identical output"); llama.cpp's names, as -ctk/-ctv take them.
     cache_type_k: str = "q8_0"

@@ -67,12 +67,13 @@ def fixed(method, draft):
 
 
 class Bench:
-    """``plain`` and ``spec`` sessions of ``model`` (``nctx``, ``threads`` for decodes
-    and batches: :data:`THREADS` unless given, 0 for the default, the default q8_0 KV cache); ``spec`` loaded with ``own`` (SpecOptions) as
-    the method named ``own_name``. :meth:`answer` runs any method on ``spec``: its own
-    drafter and policy for ``own_name``, otherwise a drafter built from ``options(method)``
-    (:meth:`drafting`). Without ``separate_plain``, ``plain`` is None and :meth:`reference`
-    answers on ``spec`` with ``speculative=False`` (one load and one prefill fewer)."""
+    """``plain`` and ``spec`` sessions of ``model`` (``nctx``; ``threads`` for decodes and
+    batches: :data:`THREADS` unless given, 0 for the default; the default q8_0 KV cache);
+    ``spec`` loaded with ``own`` (SpecOptions) as the method named ``own_name``.
+    :meth:`answer` runs any method on ``spec``: its own drafter and policy for
+    ``own_name``, otherwise a drafter built from ``options(method)`` (:meth:`drafting`).
+    Without ``separate_plain``, ``plain`` is None and :meth:`reference` answers on
+    ``spec`` with ``speculative=False`` (one load and one prefill fewer)."""
 
     def __init__(self, model, nctx, own_name, own, options, separate_plain=True, threads=THREADS):
         load = dict(nctx=nctx, threads=threads, threads_batch=threads)
