@@ -292,11 +292,7 @@ class _Stopper:
 
     def __init__(self, server, cache, fronts=()):
         self.server = server
-        # A server on several addresses (waitress's MultiSocketServer) has no trigger or
-        # map of its own: its listeners share one map, each with a trigger into the loop.
-        self.map = getattr(server, "map", None) or server._map
-        self.trigger = getattr(server, "trigger", None) or next(
-            listener.trigger for listener in self.map.values() if hasattr(listener, "channel_class"))
+        self.map, self.trigger = _loop_of(server)
         self.cache = cache
         self.fronts = fronts            # TLS fronts (--https): they stop accepting too
         self.started = False
@@ -307,7 +303,7 @@ class _Stopper:
         # the trigger's lock: everything beyond setting flags happens in a thread.
         if self.started:
             log.warning("stopping now: closing every connection")
-            threading.Thread(target=self._close_all, name="geniex-stop-now", daemon=True).start()
+            threading.Thread(target=self._stop_now, name="geniex-stop-now", daemon=True).start()
             return
         self.started = True
         self.cache.stop()
@@ -333,13 +329,20 @@ class _Stopper:
     def _drain(self):
         log.info("stopping: answers in flight end at their next step")
         self._pull(self._stop_listening)
-        if not self._wait(SHUTDOWN_WAIT):
+        if not self._wait(SHUTDOWN_WAIT) and not self.closed:     # (closed: a second signal)
             # An answer that does not reach its next step in time (a long prompt chunk on
             # a busy machine): end its worker, so its client still gets an error answer.
             from geniex.server import worker
             log.warning("an answer did not end within %.0f s of the signal; stopping its worker", SHUTDOWN_WAIT)
             worker.kill_all(stopping=True)
             self._wait(5.0)
+        self._close_all()
+
+    def _stop_now(self):
+        # The models' workers first: an answer in a long prompt chunk would keep its
+        # thread (and the exit) waiting for the chunk's end.
+        from geniex.server import worker
+        worker.kill_all(stopping=True)
         self._close_all()
 
     def _wait(self, seconds):
@@ -353,13 +356,39 @@ class _Stopper:
     def _close_all(self):
         if not self.closed:
             self.closed = True
-            self._pull(lambda: [ch.close() for ch in list(self.map.values())])
+            close_all(self.server)
 
     def _pull(self, thunk):
-        try:
-            self.trigger.pull_trigger(thunk)
-        except OSError:             # the loop has already ended
-            pass
+        _run_in_loop(self.trigger, thunk)
+
+
+def _loop_of(server):
+    """The event loop's (map, trigger). A server on several addresses (waitress's
+    MultiSocketServer) has no trigger or map of its own: its listeners share one map,
+    each with a trigger into the loop."""
+    loop_map = getattr(server, "map", None) or server._map
+    trigger = getattr(server, "trigger", None) or next(
+        listener.trigger for listener in loop_map.values() if hasattr(listener, "channel_class"))
+    return loop_map, trigger
+
+
+def _run_in_loop(trigger, thunk):
+    try:
+        trigger.pull_trigger(thunk)
+    except OSError:                 # the loop has ended (its trigger is closed)
+        thunk()
+
+
+def close_all(server):
+    """End a running server's loop from another thread: close every connection, let
+    the worker threads end (at most 5 s), then close the trigger, which empties the
+    loop's map and so ends it. In that order because a worker thread pulls the trigger
+    after every task: once the trigger is closed that write fails (EBADF, a traceback
+    on a clean stop), or lands in whatever file has since reused its descriptor."""
+    loop_map, trigger = _loop_of(server)
+    _run_in_loop(trigger, lambda: [ch.close() for ch in list(loop_map.values()) if not hasattr(ch, "pull_trigger")])
+    server.task_dispatcher.shutdown(timeout=5)
+    _run_in_loop(trigger, lambda: [ch.close() for ch in list(loop_map.values())])
 
 
 def serve(config, host_value, announce=print, port=None, tls=None):

@@ -197,6 +197,26 @@ def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
     assert "Traceback" not in s.stderr, s.stderr[s.stderr.find("Traceback") - 300:][:4000]
 
 
+def test_a_second_signal_stops_at_once_and_cleanly(tmp_path):
+    # The second signal kills the model's worker and closes every connection without
+    # waiting for the answer in flight (the order of that close is test_server_units').
+    s = Server(tmp_path)
+    with requests.post(s.url + "/v1/chat/completions", json={**LONG, "stream": True}, stream=True, timeout=60) as r:
+        lines = r.iter_lines()
+        next(lines)
+        s.proc.send_signal(signal.SIGTERM)
+        s.proc.send_signal(signal.SIGINT)
+        try:
+            for _ in lines:
+                pass
+        except requests.exceptions.RequestException:
+            pass                                        # a reset connection is one way for it to end
+    assert s.stop() == 0
+    assert "stopping now: closing every connection" in s.stderr
+    assert "did not end within" not in s.stderr        # the first signal's wait ended with the second
+    assert "Traceback" not in s.stderr, s.stderr[s.stderr.find("Traceback") - 300:][:4000]
+
+
 def test_keepalive_from_the_environment_and_ctrl_c_stops_an_idle_server(tmp_path):
     # Two checks of `geniex serve` as a process, on one process start.
     s = Server(tmp_path, env={"GENIEX_KEEPALIVE": "42"})

@@ -1,5 +1,6 @@
 """Server pieces in process, without a model: SSE bodies, the turn lock, the model
-cache's key and keepalive (with a stand-in session), and request validation."""
+cache's key and keepalive (with a stand-in session), request validation, and the order
+in which a stop closes the event loop."""
 import threading
 
 import pytest
@@ -192,3 +193,34 @@ def test_validation_accepts_a_full_request():
               "spec_type": "draft-mtp", "spec_draft_model": "a/b:Q4_0", "spec_n_max": 3, "spec_n_min": 0,
               "spec_p_min": 0.5, "spec_ngram_n": 2, "spec_ngram_min": 1, "spec_ngram_max": 4},
              "chat_completions.request.json")
+
+
+# -- stopping ----------------------------------------------------------------------------
+
+
+def test_the_loop_s_trigger_closes_only_after_the_worker_threads_end(tmp_path, caplog):
+    # A worker thread pulls the loop's trigger after its task; a stop that closed the
+    # trigger with everything else made that write fail (EBADF, logged by waitress as a
+    # traceback; once, in CI, on a clean SIGTERM). Here the stop runs at that moment:
+    # the worker thread then waits 1 s for the loop to end, as it did when the trigger
+    # closed first, before it pulls.
+    import requests
+    from geniex.server.serving import close_all
+    from serverproc import AppServer
+
+    with AppServer(tmp_path / "data") as s:
+        pull, stops = s.server.pull_trigger, []
+
+        def stop_then_pull():
+            if threading.current_thread().name.startswith("waitress-") and not stops:
+                stops.append(threading.Thread(target=close_all, args=(s.server,)))
+                stops[0].start()
+                s._thread.join(1.0)
+            pull()
+
+        s.server.pull_trigger = stop_then_pull
+        with caplog.at_level("ERROR", logger="waitress"):
+            assert requests.get(s.url + "/health", timeout=10).status_code == 200
+            until(lambda: stops and not stops[0].is_alive(), what="the stop to end")
+        assert not s._thread.is_alive()                 # the loop ended
+        assert not [r for r in caplog.records if r.name.startswith("waitress")], caplog.text

@@ -98,17 +98,10 @@ class AppServer(Http):
     def close(self):
         """Stop answering, close every connection (the loop ends with an empty map),
         join the worker threads and free the model."""
+        from geniex.server.serving import close_all
         self.cache.stop()
-        close_all = lambda: [ch.close() for ch in list(self.server._map.values())]  # noqa: E731
-        try:
-            self.server.trigger.pull_trigger(close_all)
-        except OSError:
-            # The trigger's descriptor was found closed (EBADF) after a worker process
-            # died abnormally, a few times in full-suite runs; the cause is not found yet
-            # (see the closing note). The loop polls at least every second: close from here.
-            close_all()
+        close_all(self.server)
         self._thread.join(30)
-        self.server.task_dispatcher.shutdown()
         self.cache.close()
         self._log.close()
 
