@@ -363,12 +363,15 @@ class _Stopper:
 
 
 def _loop_of(server):
-    """The event loop's (map, trigger). A server on several addresses (waitress's
-    MultiSocketServer) has no trigger or map of its own: its listeners share one map,
-    each with a trigger into the loop."""
-    loop_map = getattr(server, "map", None) or server._map
+    """The event loop's (map, trigger); the trigger is None once the loop has ended. A
+    server on several addresses (waitress's MultiSocketServer) has no trigger or map of
+    its own: its listeners share one map, each with a trigger of its own into the loop
+    (the triggers outlive the listeners in it: a stop closes the listeners first)."""
+    loop_map = getattr(server, "map", None)
+    if loop_map is None:
+        loop_map = server._map
     trigger = getattr(server, "trigger", None) or next(
-        listener.trigger for listener in loop_map.values() if hasattr(listener, "channel_class"))
+        (ch for ch in list(loop_map.values()) if hasattr(ch, "pull_trigger")), None)
     return loop_map, trigger
 
 
@@ -386,6 +389,8 @@ def close_all(server):
     after every task: once the trigger is closed that write fails (EBADF, a traceback
     on a clean stop), or lands in whatever file has since reused its descriptor."""
     loop_map, trigger = _loop_of(server)
+    if trigger is None:
+        return
     _run_in_loop(trigger, lambda: [ch.close() for ch in list(loop_map.values()) if not hasattr(ch, "pull_trigger")])
     server.task_dispatcher.shutdown(timeout=5)
     _run_in_loop(trigger, lambda: [ch.close() for ch in list(loop_map.values())])
