@@ -181,13 +181,25 @@ def _running(pid):
     return True
 
 
-def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
+def _signalled_during_an_answer(tmp_path, *signals):
+    """A `geniex serve` process sent ``signals`` once its long streamed answer has sent
+    its first event; returns it and the answer's further events, read until its end."""
     s = Server(tmp_path)
+    rest = []
     with requests.post(s.url + "/v1/chat/completions", json={**LONG, "stream": True}, stream=True, timeout=60) as r:
         lines = r.iter_lines()
         next(lines)
-        s.proc.send_signal(signal.SIGTERM)
-        rest = [line for line in lines if line]
+        for sig in signals:
+            s.proc.send_signal(sig)
+        try:
+            rest.extend(line for line in lines if line)
+        except requests.exceptions.RequestException:
+            pass                                        # a reset connection is one way to end
+    return s, rest
+
+
+def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
+    s, rest = _signalled_during_an_answer(tmp_path, signal.SIGTERM)
     assert rest[-1] == b"data: [DONE]"
     finish = json.loads(rest[-2][5:])
     assert finish["choices"][0]["finish_reason"] == "stop" and finish["timings"]["stop_reason"] == "user"
@@ -200,17 +212,7 @@ def test_sigterm_ends_the_answer_in_flight_and_exits_cleanly(tmp_path):
 def test_a_second_signal_stops_at_once_and_cleanly(tmp_path):
     # The second signal kills the model's worker and closes every connection without
     # waiting for the answer in flight (the order of that close is test_server_units').
-    s = Server(tmp_path)
-    with requests.post(s.url + "/v1/chat/completions", json={**LONG, "stream": True}, stream=True, timeout=60) as r:
-        lines = r.iter_lines()
-        next(lines)
-        s.proc.send_signal(signal.SIGTERM)
-        s.proc.send_signal(signal.SIGINT)
-        try:
-            for _ in lines:
-                pass
-        except requests.exceptions.RequestException:
-            pass                                        # a reset connection is one way for it to end
+    s, _ = _signalled_during_an_answer(tmp_path, signal.SIGTERM, signal.SIGINT)
     assert s.stop() == 0
     assert "stopping now: closing every connection" in s.stderr
     assert "did not end within" not in s.stderr        # the first signal's wait ended with the second
