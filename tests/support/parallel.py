@@ -20,8 +20,9 @@ Python), through which one worker leaves the other core idle. Two rules make it 
   waiting at a barrier sleep after a short spin instead of holding a CPU the thread it
   waits for needs. Numerics do not depend on timing, so sharing changes no token.
 
-Measured with the README's test command from a clean clone on the 2-core machine: 363-426 s
-this way (the VM drifts ~15% within an hour), against 550-600 s in one process. Tried and dropped: all_cores tests run alone
+Measured with the README's test command from a clean clone on a 2-core VM decoding at half
+the speed of the one in docs/development.md: 363-426 s this way (the VM drifts ~15% within
+an hour), against 550-600 s in one process. Tried and dropped: all_cores tests run alone
 while the other worker waits on a lock (428 s: a CPU sits idle meanwhile), and workers
 not held to a CPU, one thread each through ``OMP_NUM_THREADS`` (430 s).
 
