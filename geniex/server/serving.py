@@ -22,6 +22,7 @@ import time
 import waitress
 from waitress.channel import ClientDisconnected, HTTPChannel
 from waitress.task import ErrorTask
+from waitress.trigger import trigger as Trigger
 
 from geniex.errors import UsageError
 from geniex.server import DEFAULT_HOST
@@ -371,7 +372,7 @@ def _loop_of(server):
     if loop_map is None:
         loop_map = server._map
     trigger = getattr(server, "trigger", None) or next(
-        (ch for ch in list(loop_map.values()) if hasattr(ch, "pull_trigger")), None)
+        (ch for ch in list(loop_map.values()) if isinstance(ch, Trigger)), None)
     return loop_map, trigger
 
 
@@ -384,14 +385,15 @@ def _run_in_loop(trigger, thunk):
 
 def close_all(server):
     """End a running server's loop from another thread: close every connection, let
-    the worker threads end (at most 5 s), then close the trigger, which empties the
-    loop's map and so ends it. In that order because a worker thread pulls the trigger
-    after every task: once the trigger is closed that write fails (EBADF, a traceback
-    on a clean stop), or lands in whatever file has since reused its descriptor."""
+    the worker threads end (at most 5 s), then close the rest (listeners and triggers:
+    closing a listener closes its trigger), which empties the loop's map and so ends
+    it. In that order because a worker thread pulls the trigger after every task: once
+    the trigger is closed that write fails (EBADF, a traceback on a clean stop), or
+    lands in whatever file has since reused its descriptor."""
     loop_map, trigger = _loop_of(server)
     if trigger is None:
         return
-    _run_in_loop(trigger, lambda: [ch.close() for ch in list(loop_map.values()) if not hasattr(ch, "pull_trigger")])
+    _run_in_loop(trigger, lambda: [ch.close() for ch in list(loop_map.values()) if isinstance(ch, HTTPChannel)])
     server.task_dispatcher.shutdown(timeout=5)
     _run_in_loop(trigger, lambda: [ch.close() for ch in list(loop_map.values())])
 
