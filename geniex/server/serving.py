@@ -364,15 +364,16 @@ class _Stopper:
 
 
 def _loop_of(server):
-    """The event loop's (map, trigger); the trigger is None once the loop has ended. A
-    server on several addresses (waitress's MultiSocketServer) has no trigger or map of
-    its own: its listeners share one map, each with a trigger of its own into the loop
-    (the triggers outlive the listeners in it: a stop closes the listeners first)."""
+    """The event loop's (map, trigger); the trigger is None once the loop has ended.
+    A server on several addresses (waitress's MultiSocketServer) has no trigger or map
+    of its own: its listeners share one map, each with a trigger of its own into the
+    loop (the triggers outlive the listeners in it: a stop closes the listeners first).
+    The trigger is looked up in the map, which holds it only while it is open: a
+    closed trigger keeps its descriptor's number, which another file may have reused."""
     loop_map = getattr(server, "map", None)
     if loop_map is None:
         loop_map = server._map
-    trigger = getattr(server, "trigger", None) or next(
-        (ch for ch in list(loop_map.values()) if isinstance(ch, Trigger)), None)
+    trigger = next((ch for ch in list(loop_map.values()) if isinstance(ch, Trigger)), None)
     return loop_map, trigger
 
 
