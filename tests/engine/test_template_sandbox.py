@@ -16,8 +16,7 @@ from geniex.engine.template import MAX_TEXT, JinjaTemplate, TemplateLimit, envir
 from geniex.llama.gguf_file import read_header
 from shared_fixtures import ROOT
 
-sys.path.insert(0, str(ROOT / "tools" / "reliability"))
-import gguf_mutants  # noqa: E402  (tests may import tools: it writes a GGUF with another template)
+import gguf_mutants
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 BOOL = 7                            # GGUF's bool value type (gguf_mutants.SCALARS)

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from geniex.errors import ModelLoadError, UsageError
-from geniex.llama import api, devices, library
+from geniex.llama import devices, library
 from geniex.llama.gguf_file import read_header
 
 

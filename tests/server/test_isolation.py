@@ -8,19 +8,14 @@ import json
 import os
 import signal
 import socket
-import struct
-import subprocess
-import sys
 
 import pytest
 import requests
 
 from awaiting import until
 from geniex.store import Store
-from serverproc import DEMO, ROOT, AppServer, Server, chat_body, check_shape
-
-sys.path.insert(0, str(ROOT / "tools" / "reliability"))
-import gguf_mutants  # noqa: E402
+import gguf_mutants
+from serverproc import DEMO, AppServer, Server, chat_body, check_shape
 
 LONG = {"model": DEMO, "messages": [{"role": "user", "content": "Tell me a very long story about a dragon."}],
         "max_completion_tokens": 2000}

@@ -2,16 +2,13 @@
 an MTP assistant and a target with NextN layers that llama.cpp would abort on are
 refused (a draft: the speculative setup falls back to plain decoding) with one line."""
 import struct
-import sys
 
 import pytest
 
 from geniex.errors import ModelLoadError
 from geniex.speculative.options import FALLBACK
-from shared_fixtures import ROOT
 
-sys.path.insert(0, str(ROOT / "tools" / "reliability"))
-import gguf_mutants  # noqa: E402  (tests may import tools: it rewrites a GGUF's metadata)
+import gguf_mutants
 
 PROMPT = "Hello"
 
