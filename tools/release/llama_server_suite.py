@@ -43,7 +43,6 @@ SUITE_NEEDS = ("wget", "filelock")
 VALUED = {"--host": "--host", "--port": "--port", "--api-key": "--api-key", "--cors-origins": "--origins",
           "--n-predict": "--n-predict", "-n": "--n-predict"}
 SWITCHES = {"--metrics": "--metrics", "--no-slots": "--no-slots"}
-MODEL_FLAGS = {"--model", "-m", "--hf-repo", "-hf", "--hf-file", "-hff", "--model-url", "-mu", "--models-dir"}
 # llama-server switches that take no value (everything else starting with - takes one).
 NO_VALUE = {"--offline", "--cont-batching", "--embedding", "--embeddings", "--reranking", "--kv-unified",
             "--swa-full", "--slots", "--verbose", "--context-shift", "--no-ui", "--no-models-autoload", "--jinja",

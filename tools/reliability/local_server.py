@@ -23,14 +23,3 @@ def start_server(data_dir, extra, nctx):
         proc.kill()
         raise SystemExit(f"the server did not start: {line!r} (see {log.name})")
     return proc, match.group(0)
-
-
-def stop_process(proc, timeout=30):
-    """End a worker that serves until its stdin closes: close it, wait, kill if it hangs."""
-    if proc.poll() is None:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
