@@ -17,7 +17,7 @@ def bench_path(monkeypatch):
     """tools/bench on sys.path, as its scripts have it (they import each other by name)."""
     monkeypatch.syspath_prepend(str(BENCH))
     for name in [m for m in sys.modules if m == "workloads" or m.startswith("workloads.")
-                 or m in ("report", "configs", "counts", "profile_steps", "step_overhead")]:
+                 or m in ("report", "configs", "counts", "ours", "profile_steps", "step_overhead")]:
         monkeypatch.delitem(sys.modules, name)
 
 
@@ -155,6 +155,23 @@ def test_the_bench_never_imports_from_tests():
         text = path.read_text(encoding="utf-8")
         assert not [line for line in text.splitlines() if "sys.path" in line and "tests" in line], path
         assert not re.search(rf"^\s*(from|import) ({support})\b", text, re.M), path
+
+
+@pytest.mark.fast
+def test_ours_is_counted_as_llama_cpp_counts_predicted_tokens(bench_path):
+    """llama.cpp's server: n tokens over n - 1 decodes (its first from the prompt's batch),
+    an end token counted. Ours' Stats: every token decoded on the clock, no end token."""
+    import ours
+    from geniex.engine.stats import Stats
+    # 25 tokens and the end token, one decode each (the first step decoded the prompt's
+    # last token and sampled the first), 10 ms a decode: counted as 26 over 25 decodes.
+    st = Stats(decode_tokens=25, decode_time=0.26)
+    st.stop_reason = "eos"
+    assert ours.as_llama_counts(st, 0.01, 1) == (26, pytest.approx(0.25))
+    st.stop_reason = "length"                   # stopped at max tokens: 25 over 24 decodes
+    assert ours.as_llama_counts(st, 0.02, 1) == (25, pytest.approx(0.24))
+    # A first step that accepted 3 drafts: only its first token counts.
+    assert ours.as_llama_counts(st, 0.02, 4) == (22, pytest.approx(0.24))
 
 
 def test_a_quick_bench_run_measures_both_sides(tmp_path, calibration_cache):

@@ -4,6 +4,21 @@ import time
 from configs import NCTX
 
 
+def as_llama_counts(stats, first_s, first_n):
+    """(answer tokens, decode seconds) of an answer's Stats, counted as llama.cpp's server
+    counts ``predicted_n`` over ``predicted_ms``; ``first_s``/``first_n``: the first step's
+    time and committed tokens.
+
+    Its first token comes from the prompt's batch (no decode on its clock) and an end
+    token counts. Ours decodes the prompt's last token in the first step and leaves an end
+    token out of ``decode_tokens``: a 25-token answer that ended on its end token was 25
+    tokens over 26 decodes against its 26 over 25 (0.92x at equal decode speed). So the
+    first step's time is off the clock and only its first token counts (a draft it
+    accepted goes uncounted: the error is against ours), and an end token counts."""
+    n = stats.decode_tokens - max(0, first_n - 1) + (stats.stop_reason == "eos")
+    return n, max(0.0, stats.decode_time - first_s)
+
+
 class Runner:
     """A Session loaded with one configuration; answers token-id prompts."""
 
@@ -58,8 +73,10 @@ class Runner:
         gov = self.s.ctx.governor
         one_before, switches_before = list(self.one_thread), gov.switches if gov is not None else 0
         gen = self.s.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(seed=1)))
-        steps, rows_s, prev = [], {}, 1
+        steps, rows_s, prev, first = [], {}, 1, (0.0, 0)
         for step in gen:
+            if step.index == 0:
+                first = (step.draft_time + step.verify_time, len(step.committed))
             if self.cfg.detail and (step.drafted or step.extra.get("offered")):
                 # position in the answer, drafted, accepted, offered, grade
                 steps.append([step.n_past - len(tokens) + 1, len(step.drafted), step.accepted,
@@ -76,7 +93,8 @@ class Runner:
         st = gen.stats
         one = [a - b for a, b in zip(self.one_thread, one_before)]
         switches = (gov.switches if gov is not None else 0) - switches_before
-        return {"tokens": list(gen.tokens), "text": gen.text, "n": st.decode_tokens, "decode_s": st.decode_time,
+        n, decode_s = as_llama_counts(st, *first)
+        return {"tokens": list(gen.tokens), "text": gen.text, "n": n, "decode_s": decode_s,
                 "steps": st.steps, "drafted": st.drafted, "accepted": st.accepted, "offered": st.offered,
                 "hist": list(st.accept_hist), "draft_s": st.draft_time, "verify_s": st.verify_time,
                 "prompt": st.prompt_tokens, "prompt_reused": st.prompt_reused, "stop": st.stop_reason,
