@@ -261,9 +261,13 @@ class Context:
 
     def decode(self, batch):
         """Run one batch; raises ContextLengthExceeded when the KV cache has no room.
-        With a :attr:`governor` (geniex.llama.threads), the decode's time is reported to it."""
+        With a :attr:`governor` (geniex.llama.threads), it hears of the decode's rows before
+        and of its time after."""
         gov = self.governor
-        t0 = time.perf_counter() if gov is not None else 0.0
+        t0 = 0.0
+        if gov is not None:
+            gov.before(batch.struct.n_tokens)
+            t0 = time.perf_counter()
         rc = self._lib.llama_decode(self.ptr, batch.struct)
         if rc != 0:
             if rc == 1:

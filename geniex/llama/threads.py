@@ -12,7 +12,10 @@ active policy and measures instead.
 :class:`ThreadGovernor` keeps a running estimate of the time per decoded row on every core
 and on one thread. It decodes on the faster one, and every so often tries the other for a
 few decodes (:data:`PROBE_LEN`; one, when that one is clearly slower, :data:`ABORT`) to
-refresh its estimate; it switches when the other is clearly faster (:data:`MARGIN`).
+refresh its estimate; it switches when the other is clearly faster (:data:`MARGIN`). A
+probe runs on one-row decodes only: it starts at the next one-row decode once due, and
+ends before a batch of several rows (a verify batch of 8-16 rows on the slower setting
+cost an answer several one-row decodes).
 Probes grow rarer while the answer stays the same (up to every :data:`MAX_INTERVAL`
 decodes), so on a quiet machine they cost well under 1%. The
 thread count is changed with ``llama_set_n_threads`` (no reallocation). With a quantized
@@ -48,6 +51,7 @@ class ThreadGovernor:
         self.count = PROBE_EVERY - FIRST_PROBE
         self.interval = PROBE_EVERY
         self.probe_left = 0
+        self.due = False               # a probe waits for the next one-row decode
         self.skip = False
         self.switches = 0              # how often it changed setting (tests read it)
 
@@ -72,6 +76,17 @@ class ThreadGovernor:
         self.count += 1
         if self.count >= self.interval:
             self.count = 0
+            self.due = True
+
+    def before(self, rows):
+        """A decode of ``rows`` rows is about to run: start a due probe if it is one row,
+        end a probe under way if it is several."""
+        if rows > 1:
+            if self.probe_left:
+                self.probe_left = 0
+                self._decide()
+        elif self.due:
+            self.due = False
             other = "one" if self.mode == "all" else "all"
             self.estimate[other] = None    # a probe measures afresh: the machine may have changed
             self._use(other)
@@ -84,8 +99,10 @@ class ThreadGovernor:
             self.mode = probed
             self.switches += 1
             self.interval = PROBE_EVERY
-        else:
+        elif b is not None:
             self.interval = min(self.interval * 2, MAX_INTERVAL)
+        # (b is None: a batch ended the probe before it measured a decode; the next one
+        # comes after the same interval.)
         self._use(self.mode)
 
     def _use(self, mode):

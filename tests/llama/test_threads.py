@@ -19,10 +19,12 @@ class Recorder:
         self.calls.append((n, nb))
 
 
-def feed(g, times, n):
-    """``n`` one-row decodes taking ``times[setting the context has]`` seconds."""
+def feed(g, times, n, rows=1):
+    """``n`` decodes of ``rows`` rows taking ``times[setting the context has]`` seconds
+    (told before and after, as Context.decode tells it)."""
     for _ in range(n):
-        g.observe(1, times[g.active])
+        g.before(rows)
+        g.observe(rows, times[g.active])
 
 
 @pytest.mark.fast
@@ -45,6 +47,32 @@ def test_a_busy_neighbour_moves_it_to_one_thread_and_back():
     assert g.mode == "one" and ctx.calls[-1] == (1, 1)
     feed(g, {"all": 0.006, "one": 0.0075}, 400)         # it leaves
     assert g.mode == "all" and ctx.calls[-1] == (2, 2) and g.switches == 2
+
+
+@pytest.mark.fast
+def test_probes_run_on_one_row_decodes_only():
+    """A verify batch of 8 rows on the probed (slower) setting costs an answer several
+    one-row decodes: a due probe waits for a one-row decode, and a batch ends a probe."""
+    ctx = Recorder()
+    g = ThreadGovernor(ctx, 2, 2)
+    quiet = {"all": 0.006, "one": 0.011}
+    feed(g, quiet, threads.FIRST_PROBE)                 # a probe is due now...
+    feed(g, quiet, 5, rows=8)                           # ... and waits through batches
+    assert ctx.calls == [] and g.active == "all"
+    feed(g, quiet, 1)                                   # the next one-row decode starts it
+    assert ctx.calls == [(1, 1)] and g.active == "one" and g.probe_left
+    feed(g, quiet, 1, rows=8)                           # a batch ends it, on every core
+    assert ctx.calls == [(1, 1), (2, 2)] and g.active == "all" and not g.probe_left
+    assert g.mode == "all"
+    # Over a speculative answer's mix of one-row steps and batches, no batch ran on one thread.
+    ran = []
+    for _ in range(300):
+        for rows in (1, 1, 8, 1, 12):
+            g.before(rows)
+            ran.append((rows, g.active))
+            g.observe(rows, quiet[g.active] * (1 + 0.5 * (rows - 1)))
+    assert ("one", 1) in {(a, r) for r, a in ran}       # it still probed
+    assert not [r for r, a in ran if r > 1 and a == "one"]
 
 
 @pytest.mark.fast
@@ -115,6 +143,7 @@ def test_under_a_busy_neighbour_probes_of_every_core_stop_at_one_measured_decode
     on_all = 0
     for _ in range(600):
         on_all += g.active == "all"
+        g.before(1)
         g.observe(1, {"all": 0.020, "one": 0.0075}[g.active])
     assert g.mode == "one"
     assert on_all <= threads.FIRST_PROBE + threads.PROBE_LEN + 2 * 6    # discovery + ~6 probes
