@@ -329,7 +329,7 @@ class _Stopper:
 
     def _drain(self):
         log.info("stopping: answers in flight end at their next step")
-        self._pull(self._stop_listening)
+        _run_in_loop(self.trigger, self._stop_listening)
         if not self._wait(SHUTDOWN_WAIT) and not self.closed:     # (closed: a second signal)
             # An answer that does not reach its next step in time (a long prompt chunk on
             # a busy machine): end its worker, so its client still gets an error answer.
@@ -358,9 +358,6 @@ class _Stopper:
         if not self.closed:
             self.closed = True
             close_all(self.server)
-
-    def _pull(self, thunk):
-        _run_in_loop(self.trigger, thunk)
 
 
 def _loop_of(server):
