@@ -85,7 +85,7 @@ def answer(session, messages, *, tools=None, tool_choice="auto", parallel_tool_c
     template's format (docs/tools-and-reasoning.md). ``tool_choice`` "required" or a
     named function constrains the answer to calls; ``reasoning_budget`` N closes the
     reasoning block after N thought tokens (-1: no limit). UsageError on a bad value."""
-    from geniex.engine import tasks
+    from geniex.engine import stops, tasks
     from geniex.engine.toolcalls import tools as agent
     tools = agent.check_tools(tools)
     task = tasks.ChatTask(list(messages), GenOptions(max_tokens=max_tokens, stop=tuple(stop),
@@ -105,6 +105,5 @@ def answer(session, messages, *, tools=None, tool_choice="auto", parallel_tool_c
         elif isinstance(event, tasks.Done):
             stats = event.stats
     text = "".join(content)
-    stopped = "length" if stats.stop_reason in ("length", "context_length", "time_limit") else "stop"
     return {"content": None if calls and not text.strip() else text, "reasoning_content": "".join(reasoning) or None,
-            "tool_calls": calls, "finish_reason": "tool_calls" if calls and stopped == "stop" else stopped}
+            "tool_calls": calls, "finish_reason": stops.finish_reason(stats.stop_reason, bool(calls))}

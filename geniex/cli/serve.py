@@ -4,13 +4,15 @@ import os
 from geniex.errors import UsageError
 from geniex.llama.cache_types import TYPES as CACHE_TYPES
 from geniex.server import DEFAULT_HOST
+from geniex.speculative import options as spec_options
 
 
 def register(sub):
     """Add the verb's parser."""
     p = sub.add_parser("serve", help="run the OpenAI-compatible local server",
                        description="Serve stored models over an OpenAI-compatible HTTP API. Speculative "
-                                   "decoding is chosen per request (spec_* fields); the server never downloads.")
+                                   "decoding is chosen per request (spec_* fields; the --spec-* flags set it for "
+                                   "requests that set none); the server never downloads.")
     p.add_argument("--host", default=None,
                    help=f"HOST:PORT to listen on (env GENIEX_HOST, default {DEFAULT_HOST}; port 0 = any free port); "
                         "several, comma separated: 127.0.0.1:8080,[::1]:8080, or 127.0.0.1,::1 with --port")
@@ -42,6 +44,12 @@ def register(sub):
                    help="default compute: cpu, gpu, npu or devices like HTP0,HTP1 (default: best available)")
     p.add_argument("-ctk", "--cache-type-k", default="q8_0", help="default KV cache type for K (default q8_0)")
     p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
+    p.add_argument("--fixed-load", action="store_true",
+                   help="fix the load settings (--nctx, --ngl, --compute, cache types and the speculative "
+                        "flags) as llama-server's are: a request asking for others is a 400 naming the field, "
+                        "so no client makes the model reload for everyone (default: requests may change them)")
+    spec_options.add_flags(p.add_argument_group(
+        "speculative decoding of requests that set no spec_* field (docs/speculative.md)"))
     sec = p.add_argument_group("security and limits (docs/server.md, Security)")
     sec.add_argument("--origins", default="",
                      help="web page origins allowed to call the server (CORS), comma separated: an origin "
@@ -51,7 +59,8 @@ def register(sub):
                      help="Host header names accepted besides loopback names and the bound address, comma "
                           "separated (defeats DNS rebinding); * = any (default: none)")
     sec.add_argument("--api-key", default=None,
-                     help="require `Authorization: Bearer KEY` on /v1 requests (env GENIEX_API_KEY; default: none)")
+                     help="require `Authorization: Bearer KEY` on /v1 requests; several keys comma separated, "
+                          "and one key's cached prompt never answers another's (env GENIEX_API_KEY; default: none)")
     sec.add_argument("--allow-paths", action="store_true",
                      help="let requests load GGUF files by path (default: stored models only)")
     sec.add_argument("--https", action="store_true",
@@ -122,7 +131,8 @@ def run(args):
                                             reasoning_format=args.reasoning_format,
                                             reasoning_budget=_reasoning_budget(args.reasoning_budget),
                                             reasoning_budget_message=args.reasoning_budget_message,
-                                            grammar_dir=_grammar_dir(args.grammar_dir)),
+                                            grammar_dir=_grammar_dir(args.grammar_dir),
+                                            spec=spec_options.from_args(args), fixed_load=args.fixed_load),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
                           allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),

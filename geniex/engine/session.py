@@ -57,6 +57,8 @@ class LoadOptions:
 # What a caller may set from outside: flags (infer, run), request fields (the server),
 # keywords (geniex.api.load).
 LOAD_FIELDS = ("nctx", "ngl", "compute", "threads", "cache_type_k", "cache_type_v")
+# The load settings a server request may set (the server fixes its threads at start).
+REQUEST_LOAD_FIELDS = tuple(f for f in LOAD_FIELDS if f != "threads")
 
 
 def load_options(*layers, spec=None, data_dir=None, memory_budget=None):

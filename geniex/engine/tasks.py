@@ -109,14 +109,17 @@ class DetokenizeTask:
 
 @dataclass
 class TemplateTask:
-    """The prompt text the chat template makes of a conversation (``/apply-template``)."""
+    """The prompt text the chat template makes of a conversation (``/apply-template``);
+    with ``tokens`` also its token ids, tokenized as a chat answer's prompt is
+    (``count_tokens``)."""
 
     messages: list
     tools: list | None = None
     template_kwargs: dict | None = None
     continue_final: bool = False
     add_generation_prompt: bool = True
-    tool_choice: str = "auto"
+    tool_choice: str | dict = "auto"
+    tokens: bool = False
 
 
 @dataclass
@@ -433,7 +436,10 @@ def _detokenize(session, task):
 
 
 def _template(session, task):
-    return {"prompt": _render(session, task)}
+    prompt = _render(session, task)
+    if task.tokens:
+        return {"prompt": prompt, "tokens": session.tokenize_prompt(prompt)}
+    return {"prompt": prompt}
 
 
 def _props(session, task):

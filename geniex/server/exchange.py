@@ -4,6 +4,7 @@ server-sent events."""
 from flask import Response, current_app, g, request
 
 from geniex.server import body as body_json, sse
+from geniex.server.answering import Caller
 from geniex.server.validation import ApiError, as_api_error, validate
 
 KEEP_CACHE_HEADER = "GenieX-KeepCache"
@@ -36,11 +37,23 @@ def cancel():
     return lambda: stopping.is_set() or gone()
 
 
-def stream(events, answer, done=True, encode=None):
+def caller():
+    """What the answerer needs to know about this request's client (a
+    :class:`~geniex.server.answering.Caller`): its keep-cache header, its cancel test,
+    the API key it was let in with (guard.py), and where its wait for the model goes
+    (the ``GenieX-Queue-Wait`` header, app.py)."""
+    return Caller(keep_cache=keep_cache(), cancel=cancel(), owner=g.get("geniex_api_key"),
+                  on_wait=lambda seconds: setattr(g, "geniex_queue_wait", seconds))
+
+
+def stream(events, answer, done=True, encode=None, error=None):
     """An SSE response of ``events`` that closes ``answer`` when it ends; ``done``
     ends it with ``data: [DONE]`` (OpenAI's streams; llama.cpp's native ones have
-    none); ``encode`` turns an event into its bytes (default ``data: <json>``)."""
-    return Response(sse.EventStream(events, on_close=answer.close, on_error=lambda e: as_api_error(e).body(),
+    none); ``encode`` turns an event into its bytes (default ``data: <json>``) and
+    ``error(api_error)`` a failure mid-stream into the API's last event (default
+    OpenAI's ``{"error": {...}}``)."""
+    error = error or (lambda e: e.body())
+    return Response(sse.EventStream(events, on_close=answer.close, on_error=lambda e: error(as_api_error(e)),
                                     done=done, encode=encode),
                     mimetype=sse.MIMETYPE, headers=sse.HEADERS)
 
@@ -52,7 +65,7 @@ def chat_of(body, schema, convert, field):
     validate(body, schema)
     chat = convert(body)
     validate(chat, "chat_completions.request.json")
-    answer = answerer().chat(chat, keep_cache(), cancel())
+    answer = answerer().chat(chat, caller())
     if answer is None:
         raise ApiError(400, f"{field}: required: the conversation is empty", param=field, code="invalid_value")
     return answer

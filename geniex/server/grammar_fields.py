@@ -24,6 +24,18 @@ FORMATS = ("text", "json_object", "json_schema")
 MAX_GRAMMAR_FILE = 1 << 20
 
 
+def constrained(body):
+    """Whether a request constrains its answer with a grammar field (text is no constraint)."""
+    for name in FIELDS:
+        value = body.get(name)
+        if value in (None, "", {}):
+            continue
+        if name == "response_format" and isinstance(value, dict) and value.get("type") == "text":
+            continue
+        return True
+    return False
+
+
 def grammar_of(body, grammar_dir=None):
     """The Grammar a request body asks for, or None; ApiError 400 on bad input."""
     found = []

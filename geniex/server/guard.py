@@ -12,7 +12,9 @@ A local server is reachable by every web page the user opens, so by default:
   without a preflight. CORS headers are sent only for listed origins (none by default).
 - **API key** (``--api-key`` / ``GENIEX_API_KEY``): every request but the open pages
   must carry ``Authorization: Bearer <key>`` or ``X-Api-Key: <key>`` (Anthropic's
-  header; compared in constant time); 401 ``authentication_error`` otherwise.
+  header; compared in constant time); 401 ``authentication_error`` otherwise. Several
+  keys (comma separated) let several clients in, each with its own KV cache contents:
+  a prompt cached for one key is never reused for (or timed by) another.
   The docs page, ``/openapi.json`` and ``/health`` stay open, so the Swagger page loads
   and its Authorize button takes the key.
 """
@@ -20,7 +22,7 @@ import hmac
 import ipaddress
 from urllib.parse import urlsplit
 
-from flask import request
+from flask import g, request
 
 from geniex.server.validation import ApiError
 
@@ -64,7 +66,7 @@ class Guard:
             bind = host_name(bound) if ":" not in bound.strip("[]") else bound.strip("[]").lower()
             if bind and bind not in ("0.0.0.0", "::"):
                 self.hosts.add(bind)
-        self.key = (config.api_key or "").encode()
+        self.keys = [key.encode() for key in split_list(config.api_key or "")]
 
     def host_allowed(self, host):
         name = host_name(host)
@@ -101,12 +103,17 @@ class Guard:
         if origin is not None and not self.origin_allowed(origin):
             raise ApiError(403, f"requests from the web page origin {origin!r} are not allowed; start the "
                            "server with --origins to allow it", code="origin_not_allowed")
-        if request.method == "OPTIONS" or not self.key or self._open(request.path):
+        if request.method == "OPTIONS" or not self.keys or self._open(request.path):
             return
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             given = request.headers.get("X-Api-Key", "")
-        if not hmac.compare_digest(given.strip().encode(), self.key):
+        given = given.strip().encode()
+        # Every key is compared (in constant time each), so the time taken says nothing
+        # about which key came close.
+        matched = [i for i, key in enumerate(self.keys) if hmac.compare_digest(given, key)]
+        g.geniex_api_key = matched[0] if matched else None     # whose cached prompts it may reuse
+        if not matched:
             raise ApiError(401, "missing or incorrect API key: send `Authorization: Bearer <key>` or "
                            "`X-Api-Key: <key>` (the server's --api-key / GENIEX_API_KEY)", code="invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})

@@ -163,6 +163,11 @@ class Metrics:
                                   value=self.timeouts)
         yield CounterMetricFamily("geniex:worker_crashes", "Worker processes that died under a request.",
                                   value=self.crashes)
+        if self.cache is not None:
+            yield CounterMetricFamily("geniex:model_loads", "Models loaded since the server started.",
+                                      value=self.cache.loads)
+            yield CounterMetricFamily("geniex:model_reloads", "Loads that replaced a resident model (another "
+                                      "model or other load settings were requested).", value=self.cache.reloads)
 
     def exposition(self):
         """The Prometheus text of every metric."""

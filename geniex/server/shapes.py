@@ -5,23 +5,12 @@ import time
 import uuid
 
 from geniex import __version__, profile
+from geniex.engine import stops
+from geniex.server.conversation import Usage
 
 # llama.cpp's server puts its build ("b11549-...") here, and its clients check for it:
 # the build of the library geniex drives, then geniex's own version.
 FINGERPRINT = f"b11549-geniex-{__version__}"
-
-# The loop's stop reasons -> OpenAI's finish_reason ("user" is a cancelled answer,
-# e.g. at shutdown: it ended on purpose, not for lack of room).
-_FINISH = {"eos": "stop", "stop_sequence": "stop", "user": "stop",
-           "length": "length", "context_length": "length", "time_limit": "length"}
-
-
-def finish_reason(stop, calls=False):
-    """Stop reason of the loop -> ``stop`` | ``length``; ``tool_calls`` when the answer
-    called tools and was not cut short (as llama.cpp's server decides it)."""
-    reason = _FINISH.get(stop, "stop")
-    return "tool_calls" if calls and reason == "stop" else reason
-
 
 def new_id(prefix, sep="-"):
     """A fresh id: ``chatcmpl-<hex>``; the Responses and Messages APIs use ``_``."""
@@ -32,11 +21,12 @@ def usage(stats):
     """``usage`` of a response: OpenAI's counts, draft acceptance in the predicted-output
     fields when drafts were made, and llama.cpp-style ``timings`` from
     :func:`geniex.profile.timings` (which ``geniex run`` turns back into the profile)."""
+    counts = Usage.of(stats)
     body = {
-        "prompt_tokens": stats.prompt_tokens,
-        "completion_tokens": stats.decode_tokens,
-        "total_tokens": stats.prompt_tokens + stats.decode_tokens,
-        "prompt_tokens_details": {"cached_tokens": stats.prompt_reused},
+        "prompt_tokens": counts.prompt,
+        "completion_tokens": counts.output,
+        "total_tokens": counts.total,
+        "prompt_tokens_details": {"cached_tokens": counts.cached},
     }
     if stats.drafted:
         body["completion_tokens_details"] = {
@@ -73,7 +63,7 @@ def chat_completion(env, text, stats, warnings=(), logprobs=None, reasoning="", 
     if calls:
         message["tool_calls"] = list(calls)
     choice = {"index": 0, "message": message,
-              "logprobs": chat_logprobs(logprobs), "finish_reason": finish_reason(stats.stop_reason, bool(calls))}
+              "logprobs": chat_logprobs(logprobs), "finish_reason": stops.finish_reason(stats.stop_reason, bool(calls))}
     body = env.wrap("chat.completion", [choice], usage=usage(stats), timings=profile.timings(stats))
     if warnings:
         body["warnings"] = list(warnings)
@@ -83,7 +73,7 @@ def chat_completion(env, text, stats, warnings=(), logprobs=None, reasoning="", 
 def completion(env, text, stats, warnings=(), logprobs=None):
     """A whole ``text_completion`` (``logprobs``: the answer's TokenText records, when asked)."""
     choice = {"index": 0, "text": text, "logprobs": LegacyLogprobs().add(logprobs),
-              "finish_reason": finish_reason(stats.stop_reason)}
+              "finish_reason": stops.finish_reason(stats.stop_reason)}
     body = env.wrap("text_completion", [choice], usage=usage(stats), timings=profile.timings(stats))
     if warnings:
         body["warnings"] = list(warnings)

@@ -139,15 +139,15 @@ def test_messages_tools_and_tool_choice_become_chat_s():
 
 def test_messages_content_of_a_whole_answer():
     class Answer:
-        msg_id, model, warnings = "msg_1", "m", ()
+        model, warnings = "m", ()
 
     stats = Stats()
     stats.stop_reason = "eos"
-    msg = messages._message(Answer(), "\n", stats, calls=[CALL])
+    msg = messages._message("msg_1", Answer(), "\n", stats, calls=[CALL])
     assert msg["content"] == [{"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}}]
     assert msg["stop_reason"] == "tool_use"
     stats.stop_reason = "length"        # a call read whole before the limit; the answer still ran out
-    assert messages._message(Answer(), "Sure.", stats, calls=[CALL])["stop_reason"] == "max_tokens"
+    assert messages._message("msg_1", Answer(), "Sure.", stats, calls=[CALL])["stop_reason"] == "max_tokens"
     stats.stop_reason = "eos"
-    plain = messages._message(Answer(), "Hi.", stats)
+    plain = messages._message("msg_1", Answer(), "Hi.", stats)
     assert plain["content"] == [{"type": "text", "text": "Hi."}] and plain["stop_reason"] == "end_turn"

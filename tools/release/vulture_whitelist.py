@@ -10,7 +10,7 @@ openai_embeddings, llama_embeddings, rerank, count_tokens, get_model, apply_temp
 error_answer, give_memory_back, queue_wait     # app.py's errorhandler/after_request hooks
 regex, part_isolating                          # werkzeug's converter class attributes
 _.merge_slashes                                # werkzeug's url_map setting
-_.geniex_queue_wait, _.geniex_big_body         # flask.g, read with g.get() by name
+_.geniex_queue_wait, _.geniex_big_body, _.geniex_api_key    # flask.g, read with g.get() by name
 
 # waitress (serving.py subclasses its channel and task): the base classes call these.
 _.execute, _.content_length, error_task_class, _._flush_outbufs_below_high_watermark, _.will_close

@@ -2,9 +2,9 @@
 ``/chat/completions``, as llama.cpp's server answers it without ``/v1``)."""
 from flask import Blueprint, jsonify
 
-from geniex.engine import tasks
+from geniex.engine import stops, tasks
 from geniex.server import shapes
-from geniex.server.exchange import answerer, cancel, include_usage, keep_cache, read_body, stream
+from geniex.server.exchange import answerer, caller, include_usage, read_body, stream
 from geniex.server.validation import validate, validate_spec
 
 bp = Blueprint("chat", __name__)
@@ -16,7 +16,7 @@ def chat_completions():
     """A chat answer (streamed with ``stream``); empty ``messages`` = warm-up -> ``null``."""
     body = read_body()
     validate(body, "chat_completions.request.json")
-    answer = answerer().chat(body, keep_cache(), cancel())
+    answer = answerer().chat(body, caller())
     if answer is None:
         return jsonify(None)
     return _reply(body, answer, shapes.Envelope("chat", answer.model), _chat_events, _whole_chat)
@@ -75,7 +75,7 @@ def _chat_events(env, answer, usage):
     if not sent_first:
         yield first
     stats = answer.stats
-    yield shapes.chat_chunk(env, {}, shapes.finish_reason(stats.stop_reason, n_calls > 0), usage, stats)
+    yield shapes.chat_chunk(env, {}, stops.finish_reason(stats.stop_reason, n_calls > 0), usage, stats)
     if usage:
         yield shapes.usage_chunk(env, "chat.completion.chunk", stats)
 
@@ -87,7 +87,7 @@ def completions():
     body = read_body()
     validate(body, "completions.request.json")
     validate_spec(body)
-    answer = answerer().complete(body, keep_cache(), cancel())
+    answer = answerer().complete(body, caller())
     return _reply(body, answer, shapes.Envelope("text", answer.model), _completion_events, _whole_completion)
 
 
@@ -99,6 +99,6 @@ def _completion_events(env, answer, usage):
         yield {**shapes.text_chunk(env, event.text if piece else "", include_usage=usage, logprobs=logprobs),
                **shapes.extras(event)}
     stats = answer.stats
-    yield shapes.text_chunk(env, "", shapes.finish_reason(stats.stop_reason), usage, stats)
+    yield shapes.text_chunk(env, "", stops.finish_reason(stats.stop_reason), usage, stats)
     if usage:
         yield shapes.usage_chunk(env, "text_completion", stats)

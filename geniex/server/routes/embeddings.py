@@ -9,7 +9,7 @@ import time
 from flask import Blueprint, jsonify
 
 from geniex.engine import tasks
-from geniex.server.exchange import answerer, cancel, read_body
+from geniex.server.exchange import answerer, caller, read_body
 from geniex.server.validation import ApiError, validate
 
 bp = Blueprint("embeddings", __name__)
@@ -38,7 +38,7 @@ def _embed(body, pooled_only):
     task = tasks.EmbedTask(_inputs(body), normalize=2 if normalize is None else normalize, pooled_only=pooled_only)
     t0 = time.perf_counter()
     a = answerer()
-    data, model, warnings = a.result(body, task, cancel())
+    data, model, warnings = a.result(body, task, caller())
     # An embedding samples no token, but its prompt costs a decode (llama.cpp counts it too).
     a.metrics.record_prompt(sum(item["tokens"] for item in data["data"]), time.perf_counter() - t0, len(data["data"]))
     return data, model, warnings
@@ -79,7 +79,7 @@ def rerank():
     body = read_body()
     validate(body, "rerank.request.json")
     documents = body["documents"] if body.get("documents") is not None else body["texts"]
-    data, model, warnings = answerer().result(body, tasks.RerankTask(body["query"], documents), cancel())
+    data, model, warnings = answerer().result(body, tasks.RerankTask(body["query"], documents), caller())
     n = sum(r["tokens"] for r in data["results"])
     results = sorted(data["results"], key=lambda r: -r["relevance_score"])
     if body.get("top_n"):

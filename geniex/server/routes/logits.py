@@ -5,7 +5,7 @@ sampling or decode loop runs; it is for on-target accuracy metrics (perplexity, 
 from flask import Blueprint, jsonify
 
 from geniex.engine import tasks
-from geniex.server.exchange import answerer, cancel, read_body
+from geniex.server.exchange import answerer, caller, read_body
 from geniex.server.validation import ApiError, validate
 
 bp = Blueprint("logits", __name__)
@@ -30,7 +30,7 @@ def logits():
     if rows * top_n > MAX_ENTRIES:
         raise ApiError(400, f"top_n: {rows} positions x top_n {top_n} is more than {MAX_ENTRIES} entries; ask "
                        "fewer top_n, last_only, or split the input", param="top_n", code="invalid_value")
-    data, model, warnings = answerer().result(body, tasks.LogitsTask(list(ids), last_only, top_n), cancel())
+    data, model, warnings = answerer().result(body, tasks.LogitsTask(list(ids), last_only, top_n), caller())
     out = {"object": "logits", "model": model, "last_only": last_only, "top_n": top_n, **data,
            "usage": {"prompt_tokens": data["n_tokens"], "total_tokens": data["n_tokens"]}}
     if warnings:

@@ -17,17 +17,13 @@ import json
 
 from flask import Blueprint, jsonify
 
-from geniex.engine import tasks
-from geniex.server import llama_fields, shapes, sse
-from geniex.server.answering import chat_messages
-from geniex.server.exchange import answerer, cancel, chat_of, read_body, stream
+from geniex.engine import stops
+from geniex.server import conversation, llama_fields, shapes, sse
+from geniex.server.conversation import Usage
+from geniex.server.exchange import answerer, caller, chat_of, read_body, stream
 from geniex.server.validation import ApiError, validate
 
 bp = Blueprint("messages", __name__)
-
-# The loop's stop reasons -> Anthropic's stop_reason.
-STOP = {"eos": "end_turn", "user": "end_turn", "stop_sequence": "stop_sequence", "length": "max_tokens",
-        "context_length": "max_tokens", "time_limit": "max_tokens"}
 
 
 def _text(content, where):
@@ -82,19 +78,9 @@ def _turns(m, where):
 def _tools(tools):
     """Client tools (``{"name", "description", "input_schema"}``) as chat tools; a
     server tool (one with a ``type`` other than ``custom``) is a 400 naming it."""
-    if not tools:
-        return None
-    out = []
-    for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else "?"
-        if kind not in (None, "custom"):
-            raise ApiError(400, f"tools[{i}].type: {kind!r} is a server tool that runs on Anthropic's side; this "
-                           "server offers client tools only", param=f"tools[{i}].type", code="unsupported_value")
-        fn = {"name": tool.get("name"), "parameters": tool.get("input_schema")}
-        if tool.get("description") is not None:
-            fn["description"] = tool["description"]
-        out.append({"type": "function", "function": fn})
-    return out
+    return conversation.function_tools(
+        tools, (None, "custom"), {"name": "name", "description": "description", "parameters": "input_schema"},
+        "is a server tool that runs on Anthropic's side; this server offers client tools only")
 
 
 def _thinking(thinking):
@@ -126,7 +112,7 @@ def _tool_choice(choice):
         return None, None
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind == "tool":
-        chat = {"type": "function", "function": {"name": choice.get("name")}}
+        chat = conversation.named_tool(choice.get("name"))
     elif kind in CHOICE:
         chat = CHOICE[kind]
     else:
@@ -178,22 +164,21 @@ def _tool_use(call):
     return {"type": "tool_use", "id": call["id"], "name": fn["name"], "input": json.loads(fn["arguments"] or "{}")}
 
 
-def _stop_reason(stats, calls):
-    reason = STOP.get(stats.stop_reason, "end_turn")
-    return "tool_use" if calls and reason == "end_turn" else reason
+def _usage(stats):
+    # Anthropic counts the prompt tokens read from the cache apart from the others.
+    counts = Usage.of(stats) if stats is not None else Usage(0, 0, 0)
+    return {"input_tokens": counts.new_prompt, "cache_read_input_tokens": counts.cached,
+            "output_tokens": counts.output}
 
 
-def _message(answer, text, stats, stop_sequence=None, calls=(), thinking=""):
-    usage = {"input_tokens": stats.prompt_tokens - stats.prompt_reused if stats else 0,
-             "cache_read_input_tokens": stats.prompt_reused if stats else 0,
-             "output_tokens": stats.decode_tokens if stats else 0}
+def _message(msg_id, answer, text, stats, stop_sequence=None, calls=(), thinking=""):
     # A thinking block has no signature here: nothing signs a local model's thoughts.
-    out = {"id": answer.msg_id, "type": "message", "role": "assistant", "model": answer.model,
+    out = {"id": msg_id, "type": "message", "role": "assistant", "model": answer.model,
            "content": ([{"type": "thinking", "thinking": thinking, "signature": ""}] if thinking else [])
            + ([{"type": "text", "text": text}] if text is not None and (text.strip() or not calls) else [])
            + [_tool_use(c) for c in calls],
-           "stop_reason": _stop_reason(stats, calls) if stats else None,
-           "stop_sequence": stop_sequence, "usage": usage}
+           "stop_reason": stops.stop_reason(stats.stop_reason, bool(calls)) if stats else None,
+           "stop_sequence": stop_sequence, "usage": _usage(stats)}
     if stats is not None:
         out["timings"] = shapes.profile.timings(stats)
     if answer.warnings:
@@ -212,90 +197,69 @@ def messages():
     """An Anthropic Messages answer (streamed as named events with ``stream``)."""
     body = read_body()
     answer = chat_of(body, "messages.request.json", chat_body, "messages")
-    answer.msg_id = shapes.new_id("msg", "_")
+    msg_id = shapes.new_id("msg", "_")
     if body.get("stream"):
-        return stream(_events(body, answer), answer, done=False, encode=sse.encode_named)
+        return stream(_events(body, msg_id, answer), answer, done=False, encode=sse.encode_named, error=error_event)
     with answer:
         text = answer.text()
-    return jsonify(_message(answer, text, answer.stats, _stop_sequence(body, answer.stats), answer.calls,
+    return jsonify(_message(msg_id, answer, text, answer.stats, _stop_sequence(body, answer.stats), answer.calls,
                             "".join(answer.reasoning)))
 
 
-def _events(body, answer):
-    """The answer as Anthropic streams it: a thinking block first (with extended
-    thinking), a text block opened at the first text and closed at a call or the end, a
-    tool_use block per call (its input in one ``input_json_delta``: a call is sent once
-    read whole)."""
-    start = _message(answer, None, None)
-    start["usage"]["input_tokens"] = 0
+def error_event(err):
+    """A failure mid-stream as Anthropic's ``error`` event (its error types by status)."""
+    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+            413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}.get(err.status, "api_error")
+    return "error", {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+def _events(body, msg_id, answer):
+    """The answer as Anthropic streams it: its content blocks
+    (:func:`~geniex.server.conversation.blocks`: a thinking block first with extended
+    thinking, text, a tool_use block per call with its input in one
+    ``input_json_delta``: a call is sent once read whole), then the stop reason and
+    usage."""
+    start = _message(msg_id, answer, None, None)
     yield "message_start", {"type": "message_start", "message": start}
     yield "ping", {"type": "ping"}
-    index, text_open, thinking_open, answered = 0, False, False, False
-    for ev in answer.events():
-        if not isinstance(ev, tasks.Piece):
-            continue
-        if ev.reasoning:
-            if not thinking_open:
-                yield "content_block_start", {"type": "content_block_start", "index": index,
-                                              "content_block": {"type": "thinking", "thinking": "", "signature": ""}}
-                thinking_open = True
-            yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                          "delta": {"type": "thinking_delta", "thinking": ev.reasoning}}
-        if thinking_open and (ev.text or ev.calls):
+    index = 0
+    for block in conversation.blocks(answer.events()):
+        what = block[0]
+        if what == "open":
+            empty = {"type": "thinking", "thinking": "", "signature": ""} if block[1] == "thinking" else \
+                {"type": "text", "text": ""}
+            yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": empty}
+        elif what == "delta":
+            delta = {"type": "thinking_delta", "thinking": block[2]} if block[1] == "thinking" else \
+                {"type": "text_delta", "text": block[2]}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        elif what == "close":
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
-            index, thinking_open = index + 1, False
-        answered = answered or bool(ev.text or ev.calls)
-        if ev.text:
-            if not text_open:
-                yield "content_block_start", {"type": "content_block_start", "index": index,
-                                              "content_block": {"type": "text", "text": ""}}
-                text_open = True
-            yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                          "delta": {"type": "text_delta", "text": ev.text}}
-        for call in ev.calls:
-            if text_open:
-                yield "content_block_stop", {"type": "content_block_stop", "index": index}
-                index, text_open = index + 1, False
-            block = _tool_use(call)
+            index += 1
+        else:
+            use = _tool_use(block[1])
             yield "content_block_start", {"type": "content_block_start", "index": index,
-                                          "content_block": {**block, "input": {}}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                                          "content_block": {**use, "input": {}}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(use["input"])}
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
             index += 1
-    if thinking_open:
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
-        index += 1
-    if not answered:
-        # An empty answer is still one (empty) text block, as a whole answer gives it.
-        yield "content_block_start", {"type": "content_block_start", "index": index,
-                                      "content_block": {"type": "text", "text": ""}}
-        text_open = True
-    if text_open:
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
     stats = answer.stats
     yield "message_delta", {"type": "message_delta",
-                            "delta": {"stop_reason": _stop_reason(stats, answer.calls),
+                            "delta": {"stop_reason": stops.stop_reason(stats.stop_reason, bool(answer.calls)),
                                       "stop_sequence": _stop_sequence(body, stats)},
-                            "usage": {"input_tokens": stats.prompt_tokens - stats.prompt_reused,
-                                      "cache_read_input_tokens": stats.prompt_reused,
-                                      "output_tokens": stats.decode_tokens},
-                            "timings": shapes.profile.timings(stats)}
+                            "usage": _usage(stats), "timings": shapes.profile.timings(stats)}
     yield "message_stop", {"type": "message_stop"}
 
 
 @bp.post("/v1/messages/count_tokens")
 def count_tokens():
-    """``{"input_tokens": n}``: the prompt the chat template makes of the request."""
+    """``{"input_tokens": n}``: the prompt tokens an answer to the request would read
+    (the chat template's prompt, tokenized as an answer's is)."""
     body = read_body()
     validate(body, "messages_count.request.json")
     chat = chat_body({**body, "max_tokens": 1})
+    validate(chat, "chat_completions.request.json")
     a = answerer()
-    target, _ = a.target(chat)
-    msgs, _ = chat_messages(chat["messages"], target, False)
-    agent = a.agent_fields(chat)
-    task = tasks.TemplateTask(msgs, tools=agent["tools"], template_kwargs=agent["template_kwargs"],
-                              tool_choice=agent["tool_choice"])
-    data, _, _ = a.result(chat, task, cancel())
-    tokens, _, _ = a.result(chat, tasks.TokenizeTask(data["prompt"], add_special=True), cancel())
-    return jsonify({"input_tokens": len(tokens["tokens"])})
+    data, _, _ = a.result(chat, a.conversation(chat).template_task(tokens=True), caller())
+    return jsonify({"input_tokens": len(data["tokens"])})

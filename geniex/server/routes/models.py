@@ -26,17 +26,17 @@ def _created(store, model_id):
 def list_models():
     """One entry per stored precision (``org/repo:PRECISION``); the default model
     (``--model``, else the resident one) first, marked ``"default": true``."""
-    answerer = current_app.extensions["geniex.answerer"]
-    store = answerer.store
+    placer = current_app.extensions["geniex.answerer"].placer
+    store = placer.store
     data = []
     for row in store.list_models():
         for precision in row["precisions"]:
             model_id = f"{row['name']}:{precision}"
             data.append(_model(model_id, row["runtime"], row["type"], _created(store, model_id)))
-    default = answerer.resident()
+    default = placer.resident()
     if default is not None:
         try:
-            default = answerer.store.resolve(default, paths=answerer.allow_paths).name
+            default = store.resolve(default, paths=placer.allow_paths).name
         except GenieXError:
             default = None
     for i, entry in enumerate(data):
@@ -51,7 +51,6 @@ def list_models():
 def get_model(model):
     """One model, by any name the store resolves (``org/repo``, ``org/repo:P``; a GGUF path
     with ``--allow-paths``)."""
-    answerer = current_app.extensions["geniex.answerer"]
-    store = answerer.store
-    found = answerer.resolve(model)     # 404 for anything not a loadable model (answering.resolve)
-    return jsonify(_model(found.name, found.runtime, found.type, _created(store, found.name)))
+    placer = current_app.extensions["geniex.answerer"].placer
+    found = placer.resolve(model)     # 404 for anything not a loadable model (placement.Placer.resolve)
+    return jsonify(_model(found.name, found.runtime, found.type, _created(placer.store, found.name)))

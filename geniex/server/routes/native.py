@@ -8,19 +8,14 @@ import dataclasses
 from flask import Blueprint, Response, current_app, jsonify
 
 from geniex import profile
-from geniex.engine import tasks
+from geniex.engine import stops, tasks
 from geniex.server import shapes
-from geniex.server.answering import CHAT_MAX_TOKENS, chat_messages, continuation
-from geniex.server.exchange import answerer, cancel, keep_cache, read_body, stream
+from geniex.server.answering import CHAT_MAX_TOKENS
+from geniex.server.exchange import answerer, caller, read_body, stream
 from geniex.server.metrics import CONTENT_TYPE
 from geniex.server.validation import ApiError, validate, validate_spec
 
 bp = Blueprint("native", __name__)
-
-# The loop's stop reasons -> llama.cpp's stop_type.
-STOP_TYPE = {"eos": "eos", "length": "limit", "context_length": "limit", "stop_sequence": "word", "user": "none",
-             "time_limit": "limit"}
-
 
 # -- decoding ---------------------------------------------------------------------------
 @bp.post("/completion")
@@ -35,7 +30,7 @@ def completion():
         return _several(body, prompts)
     validate(body, "completions.request.json")
     validate_spec(body)
-    answer = answerer().complete(body, keep_cache(), cancel(), default_max=CHAT_MAX_TOKENS)
+    answer = answerer().complete(body, caller(), default_max=CHAT_MAX_TOKENS)
     return _native(body, answer)
 
 
@@ -52,7 +47,7 @@ def _several(body, prompts):
         one = {**body, "prompt": prompt}
         validate(one, "completions.request.json")
         validate_spec(one)
-        answer = answerer().complete(one, keep_cache(), cancel(), default_max=CHAT_MAX_TOKENS)
+        answer = answerer().complete(one, caller(), default_max=CHAT_MAX_TOKENS)
         with answer:
             text = answer.text()
         out.append({**_final(one, answer, text), "index": i})
@@ -67,7 +62,7 @@ def infill():
     body = read_body()
     validate(body, "infill.request.json")
     validate_spec(body)
-    return _native(body, answerer().infill(body, keep_cache(), cancel()))
+    return _native(body, answerer().infill(body, caller()))
 
 
 def _native(body, answer):
@@ -117,7 +112,7 @@ def _final(body, answer, text, streamed=False):
                                                for t, b in answer.logit_bias]},
         "prompt": body.get("prompt") if isinstance(body.get("prompt"), str) else "",
         "has_new_line": "\n" in text, "truncated": False,
-        "stop_type": STOP_TYPE.get(stats.stop_reason, "none"), "stopping_word": "",
+        "stop_type": stops.names(stats.stop_reason).llama, "stopping_word": "",
         "tokens_cached": stats.prompt_tokens + stats.decode_tokens,
         "timings": profile.timings(stats),
     }
@@ -154,18 +149,11 @@ def apply_template():
     """The prompt the model's chat template makes of ``messages``: ``{"prompt"}``."""
     body = read_body()
     validate(body, "chat_completions.request.json")
-    target, _ = answerer().target(body)
-    messages, _ = chat_messages(body["messages"], target, False)
-    continue_final, add_prompt = continuation(body, messages)
-    agent = answerer().agent_fields(body)
-    task = tasks.TemplateTask(messages, tools=agent["tools"], template_kwargs=agent["template_kwargs"],
-                              continue_final=continue_final, add_generation_prompt=add_prompt,
-                              tool_choice=agent["tool_choice"])
-    return jsonify(_result(body, task))
+    return jsonify(_result(body, answerer().conversation(body).template_task()))
 
 
 def _result(body, task):
-    data, _, warnings = answerer().result(body, task, cancel())
+    data, _, warnings = answerer().result(body, task, caller())
     if warnings:
         data = {**data, "warnings": warnings}
     return data
@@ -179,7 +167,7 @@ def props():
     name = a.resident()
     model = {}
     if name is not None:
-        model, _, _ = a.result({}, tasks.PropsTask(), cancel())
+        model, _, _ = a.result({}, tasks.PropsTask(), caller())
     n_ctx = model.get("n_ctx", a.defaults.nctx)
     return jsonify({
         "default_generation_settings": {

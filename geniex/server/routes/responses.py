@@ -10,8 +10,9 @@ import time
 
 from flask import Blueprint, jsonify
 
-from geniex.engine import tasks
-from geniex.server import llama_fields, shapes, sse
+from geniex.engine import stops
+from geniex.server import conversation, llama_fields, shapes, sse
+from geniex.server.conversation import Usage
 from geniex.server.exchange import chat_of, read_body, stream
 from geniex.server.validation import ApiError
 
@@ -100,17 +101,9 @@ def _add_item(messages, item, i):
 def _tools(tools):
     """Function ``tools`` (``{"type": "function", "name", "description", "parameters"}``)
     as the chat request's; anything else is a 400 naming it."""
-    if not tools:
-        return None
-    out = []
-    for i, tool in enumerate(tools):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function":
-            raise ApiError(400, f"tools[{i}].type: {kind!r} tools run on OpenAI's side; this server offers function "
-                           "tools only", param=f"tools[{i}].type", code="unsupported_value")
-        out.append({"type": "function",
-                    "function": {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}})
-    return out
+    return conversation.function_tools(
+        tools, ("function",), {k: k for k in ("name", "description", "parameters", "strict")},
+        "tools run on OpenAI's side; this server offers function tools only")
 
 
 def _tool_choice(choice):
@@ -119,7 +112,7 @@ def _tool_choice(choice):
     if choice is None or isinstance(choice, str):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function":
-        return {"type": "function", "function": {"name": choice.get("name")}}
+        return conversation.named_tool(choice.get("name"))
     raise ApiError(400, "tool_choice: expected none, auto, required or {\"type\": \"function\", \"name\": ...}",
                    param="tool_choice", code="unsupported_value")
 
@@ -158,9 +151,10 @@ def _echo_format(body):
 
 
 def _usage(stats):
-    return {"input_tokens": stats.prompt_tokens, "input_tokens_details": {"cached_tokens": stats.prompt_reused},
-            "output_tokens": stats.decode_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": stats.prompt_tokens + stats.decode_tokens}
+    counts = Usage.of(stats)
+    return {"input_tokens": counts.prompt, "input_tokens_details": {"cached_tokens": counts.cached},
+            "output_tokens": counts.output, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": counts.total}
 
 
 class _Response:
@@ -192,7 +186,7 @@ class _Response:
         return items + [self.call(c) for c in calls]
 
     def object(self, status, output=(), stats=None, warnings=()):
-        incomplete = stats is not None and shapes.finish_reason(stats.stop_reason) == "length"
+        incomplete = stats is not None and stops.cut_short(stats.stop_reason)
         obj = {"id": self.id, "object": "response", "created_at": self.created,
                "status": "incomplete" if incomplete else status, "model": self.model, "output": list(output),
                "error": None, "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
@@ -217,67 +211,67 @@ def responses():
     answer = chat_of(body, "responses.request.json", chat_body, "input")
     resp = _Response(body, answer.model)
     if body.get("stream"):
-        return stream(_events(resp, answer), answer, done=False, encode=sse.encode_named)
+        events = _Events(resp)
+        return stream(events.of(answer), answer, done=False, encode=sse.encode_named, error=events.error)
     with answer:
         text = answer.text()
     return jsonify(resp.object("completed", resp.output(text, answer.calls), answer.stats, answer.warnings))
 
 
-def _events(resp, answer):
-    """The answer as the Responses API streams it: a message item opened at the first
-    text and closed at a call or the end, a function_call item per call (its arguments
-    in one delta: a call is sent once read whole)."""
-    seq = iter(range(1 << 30))
-    items = []                      # the output items done so far
-    open_msg = None                 # (item id, text pieces) of the message being written
+class _Events:
+    """The answer as the Responses API streams it, numbered in sequence: its content
+    blocks (:func:`~geniex.server.conversation.blocks`) as a message item per text block
+    and a function_call item per call (its arguments in one delta: a call is sent once
+    read whole); a failure mid-stream as an ``error`` event."""
 
-    def event(kind, **fields):
-        return kind, {"type": kind, "sequence_number": next(seq), **fields}
+    def __init__(self, resp):
+        self.resp = resp
+        self._seq = iter(range(1 << 30))
 
-    def open_message():
-        nonlocal open_msg
-        open_msg = (shapes.new_id("msg", "_"), [])
-        yield event("response.output_item.added", output_index=len(items), item=resp.message("", "", open_msg[0]))
-        yield event("response.content_part.added", item_id=open_msg[0], output_index=len(items), content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []})
+    def event(self, kind, **fields):
+        return kind, {"type": kind, "sequence_number": next(self._seq), **fields}
 
-    def close_message():
-        nonlocal open_msg
-        msg_id, pieces = open_msg
-        open_msg = None
-        whole = "".join(pieces)
-        at = dict(item_id=msg_id, output_index=len(items), content_index=0)
-        yield event("response.output_text.done", **at, text=whole, logprobs=[])
-        yield event("response.content_part.done", **at, part={"type": "output_text", "text": whole, "annotations": []})
-        item = resp.message(whole, "completed", msg_id)
-        yield event("response.output_item.done", output_index=len(items), item=item)
-        items.append(item)
+    def error(self, err):
+        """A failure mid-stream as the API's ``error`` event."""
+        return self.event("error", code=err.code, message=err.message, param=err.param)
 
-    yield event("response.created", response=resp.object("in_progress"))
-    yield event("response.in_progress", response=resp.object("in_progress"))
-    for ev in answer.events():
-        if not isinstance(ev, tasks.Piece):
-            continue
-        if ev.text:
-            if open_msg is None:
-                yield from open_message()
-            open_msg[1].append(ev.text)
-            yield event("response.output_text.delta", item_id=open_msg[0], output_index=len(items), content_index=0,
-                        delta=ev.text, logprobs=[], **shapes.extras(ev))
-        for call in ev.calls:
-            if open_msg is not None:
-                yield from close_message()
-            item = resp.call(call)
-            at = dict(item_id=item["id"], output_index=len(items))
-            yield event("response.output_item.added", output_index=len(items), item=resp.call(call, "in_progress"))
-            yield event("response.function_call_arguments.delta", **at, delta=item["arguments"])
-            yield event("response.function_call_arguments.done", **at, name=item["name"], arguments=item["arguments"])
-            yield event("response.output_item.done", output_index=len(items), item=item)
-            items.append(item)
-    if open_msg is None and not items:
-        # An empty answer is still one (empty) message, as a whole answer gives it.
-        yield from open_message()
-    if open_msg is not None:
-        yield from close_message()
-    final = resp.object("completed", items, answer.stats, answer.warnings)
-    yield event("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)
+    def of(self, answer):
+        resp, event = self.resp, self.event
+        items = []                      # the output items done so far
+        msg_id, pieces = None, []       # the message being written
+        yield event("response.created", response=resp.object("in_progress"))
+        yield event("response.in_progress", response=resp.object("in_progress"))
+        for block in conversation.blocks(answer.events()):
+            what, at = block[0], len(items)
+            if what == "call":
+                item = resp.call(block[1])
+                ids = dict(item_id=item["id"], output_index=at)
+                yield event("response.output_item.added", output_index=at, item=resp.call(block[1], "in_progress"))
+                yield event("response.function_call_arguments.delta", **ids, delta=item["arguments"])
+                yield event("response.function_call_arguments.done", **ids, name=item["name"],
+                            arguments=item["arguments"])
+                yield event("response.output_item.done", output_index=at, item=item)
+                items.append(item)
+            elif block[1] != "text":
+                continue                # the Responses API answers with the text as written (no thinking)
+            elif what == "open":
+                msg_id, pieces = shapes.new_id("msg", "_"), []
+                yield event("response.output_item.added", output_index=at, item=resp.message("", "", msg_id))
+                yield event("response.content_part.added", item_id=msg_id, output_index=at, content_index=0,
+                            part={"type": "output_text", "text": "", "annotations": []})
+            elif what == "delta":
+                pieces.append(block[2])
+                yield event("response.output_text.delta", item_id=msg_id, output_index=at, content_index=0,
+                            delta=block[2], logprobs=[], **shapes.extras(block[3]))
+            else:
+                whole = "".join(pieces)
+                ids = dict(item_id=msg_id, output_index=at, content_index=0)
+                yield event("response.output_text.done", **ids, text=whole, logprobs=[])
+                yield event("response.content_part.done", **ids,
+                            part={"type": "output_text", "text": whole, "annotations": []})
+                item = resp.message(whole, "completed", msg_id)
+                yield event("response.output_item.done", output_index=at, item=item)
+                items.append(item)
+        final = resp.object("completed", items, answer.stats, answer.warnings)
+        yield event("response.completed" if final["status"] == "completed" else "response.incomplete",
+                    response=final)
