@@ -308,3 +308,69 @@ def test_local_path_with_precision_subfolders(env, tmp_path, tiny_llm, expected)
     assert answer(env, "me/mine") == expected
     geniex(env, "rm", "me/mine", "-y")
     assert not folder.exists() and (source / "Q8_0/Tiny.gguf").read_bytes() == tiny_llm[0].read_bytes()
+
+
+# -- a split model registered with --local-path ---------------------------------------
+# llama.cpp keeps a split model's metadata in its first shard: the others hold tensors
+# and their split.no/split.count only. The model check reads the first shard (and its
+# shards through it); the others are checked to be shards of that split.
+
+def local_split(tiny_llm, folder, sub):
+    """The tiny model's three shards in ``folder`` (in ``sub``, if given) as Q8_0, and a
+    Q4_0 beside them; returns {relative path: bytes} of the shards."""
+    shards = {f"{sub}Tiny-Q8_0-{i:05d}-of-00003.gguf": p.read_bytes() for i, p in enumerate(tiny_llm[1], 1)}
+    other = {f"{sub.replace('Q8_0', 'Q4_0')}Tiny-Q4_0.gguf": make_gguf("tiny", "Q4_0", seed=5)}
+    for rel, data in {**shards, **other}.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    return shards
+
+
+@pytest.mark.parametrize("sub", ["", "Q8_0/"], ids=["flat", "subfolder"])
+def test_local_path_of_a_split_model_is_stored_listed_run_and_removed(env, tmp_path, tiny_llm, expected, sub):
+    source = tmp_path / "mine"
+    shards = local_split(tiny_llm, source, sub)
+    result = geniex(env, "pull", "me/mine:Q8_0", "--local-path", str(source))
+    assert "linked (hard link, no extra disk space): 3 file(s)" in result.stderr
+    folder = model_folder(env, "me/mine")
+    for rel in shards:
+        assert (folder / rel).samefile(source / rel)
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.gguf")) == sorted(shards)
+
+    rows = {row["name"]: row for row in json.loads(geniex(env, "list", "--format", "json").stdout)}
+    assert rows["me/mine"] == {"name": "me/mine", "size": sum(map(len, shards.values())), "runtime": "llama_cpp",
+                               "type": "llm", "precisions": ["Q8_0"]}
+    assert answer(env, "me/mine:Q8_0") == expected
+    assert "removed me/mine:Q8_0" in geniex(env, "rm", "me/mine", "-y").stdout
+    assert not folder.exists() and "me/mine" not in listed(env)
+    assert {rel: (source / rel).read_bytes() for rel in shards} == shards
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("not a GGUF", "Tiny-Q8_0-00002-of-00003.gguf is not a GGUF model file (bad magic bytes)"),
+    ("split.count 4", "Tiny-Q8_0-00002-of-00003.gguf is not a usable model shard: its split.count is 4, "
+                      "but the first shard's is 3"),
+    ("split.no 2", "Tiny-Q8_0-00002-of-00003.gguf is not a usable model shard: its split.no makes it shard 3 "
+                   "of the split, not shard 2 as its name says"),
+    ("no first shard", "Tiny-Q8_0-00002-of-00003.gguf is shard 2 of a split model, but its first shard "
+                       "(-00001-of-00003.gguf), which holds the model's metadata, is not beside it"),
+    ("a fourth shard", "Tiny-Q8_0-00004-of-00004.gguf is not part of the model in Tiny-Q8_0-00001-of-00003.gguf, "
+                       "which is split into 3 files (its split.count)"),
+])
+def test_local_path_refuses_shards_that_are_not_one_whole_split(env, tmp_path, tiny_llm, damage, says):
+    source = tmp_path / "mine"
+    shard = lambda i: source / "Q8_0" / f"Tiny-Q8_0-{i:05d}-of-00003.gguf"  # noqa: E731
+    local_split(tiny_llm, source, "Q8_0/")
+    if damage == "not a GGUF":
+        shard(2).write_bytes(b"<html>rate limited</html>\n")
+    elif damage == "no first shard":
+        shard(1).unlink()
+    elif damage == "a fourth shard":
+        (source / "Q8_0" / "Tiny-Q8_0-00004-of-00004.gguf").write_bytes(tiny_llm[1][2].read_bytes())
+    else:
+        key, value = damage.split()
+        gguf_edit.edit(tiny_llm[1][1], shard(2), keys={key: int(value)})
+    result = geniex(env, "pull", "me/mine:Q8_0", "--local-path", str(source), check=False)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"error: {source}/Q8_0/") and says in result.stderr, result.stderr
+    assert "me/mine" not in listed(env) and not list(model_folder(env, "me/mine").rglob("*.gguf"))
