@@ -93,6 +93,7 @@ class GGUFHeader:
     metadata: dict
     tensors: dict = field(default_factory=dict)
     data_offset: int = 0
+    types: dict = field(default_factory=dict)     # metadata key -> its GGUF value type
 
     @property
     def architecture(self):
@@ -264,8 +265,8 @@ def read_header(path, check_model=True):
     alignment, all inside the file). With ``check_model`` the file must also be a model
     the library can load without aborting: the architecture's hyperparameters, the
     vocabulary and the types of the tensors element-wise operations read; for a split
-    model, every shard is read too. Raises ModelLoadError with one line naming the file
-    and the first problem.
+    model, every shard is read too, and must say it is that shard of that split. Raises
+    ModelLoadError with one line naming the file and the first problem.
     """
     path = Path(path)
     header = _read_one(path)
@@ -274,12 +275,15 @@ def read_header(path, check_model=True):
             _check_model(header)
         except _Bad as e:
             raise ModelLoadError(f"{path} is not a usable model: {e}") from None
-        for shard in _other_shards(header):
+        shards = _other_shards(header)
+        for no, shard in enumerate(shards, 1):
             if not shard.exists():
                 raise ModelLoadError(f"{path} is the first of a split model, but its shard {shard.name} is "
                                      "missing next to it")
             try:
-                _check_tensor_types(_read_one(shard).tensors.values())
+                part = _read_one(shard)
+                _check_shard(part, no, len(shards) + 1)
+                _check_tensor_types(part.tensors.values())
             except _Bad as e:
                 raise ModelLoadError(f"{shard} is not a usable model shard: {e}") from None
     return header
@@ -354,7 +358,7 @@ def _parse(f, size, path):
         if start + t.nbytes > size:
             raise _Bad(f"its tensors need {start + t.nbytes:,} bytes but the file has {size:,}",
                        truncated=True)
-    return GGUFHeader(path, version, meta, tensors, data_offset)
+    return GGUFHeader(path, version, meta, tensors, data_offset, types)
 
 
 def _tensor_info(cur, i):
@@ -542,6 +546,33 @@ def _check_vocabulary(meta):
         value = _int(meta, key)
         if value is not None and not 0 <= value < n_vocab:
             raise _Bad(f"{key} is {value}, but the vocabulary has {n_vocab:,} tokens")
+
+
+def _check_shard(part, no, count):
+    """Shard ``no`` (counted from 0) of a split into ``count`` files says so, as
+    llama-gguf-split and gguf-py write it: ``split.no`` and ``split.count``, both u16.
+    llama.cpp refuses a shard whose ``split.no`` is missing or another number, and aborts
+    on one that is not a u16 (gguf_get_val_u16 asserts the type). ``split.count`` it does
+    not read from these shards; checked all the same, so that a shard of another split
+    that has the same name (another conversion, another shard count) is refused."""
+    meta = part.metadata
+    for key in ("split.no", "split.count"):
+        if key not in meta:
+            raise _Bad(f"{key} is missing (every shard of a split model has it)")
+        if part.types[key] != 2:
+            raise _Bad(f"its {key} is a {_TYPE_NAMES.get(part.types[key])}, not the u16 llama-gguf-split writes")
+    if meta["split.no"] != no:
+        raise _Bad(f"its split.no makes it shard {meta['split.no'] + 1} of the split, not shard {no + 1} as "
+                   "its name says")
+    if meta["split.count"] != count:
+        raise _Bad(f"its split.count is {meta['split.count']}, but the first shard's is {count}: it belongs "
+                   "to another split")
+
+
+def shard_files(header):
+    """Every file of the model ``header`` was read from: that file and, for the first
+    shard of a split model, the other shards :func:`read_header` checked with it."""
+    return [header.path, *_other_shards(header)]
 
 
 def _other_shards(header):

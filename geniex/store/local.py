@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from geniex import files
 from geniex.errors import ModelLoadError, ModelNotFound
-from geniex.llama.gguf_file import read_header
+from geniex.llama.gguf_file import read_header, shard_files
 from geniex.store import classify
 from geniex.store.checksums import sha256_of
 from geniex.store.display import human_size, is_terminal
@@ -22,7 +22,7 @@ from geniex.store.errors import DownloadError, StoreError
 from geniex.store.hub import RemoteFile
 from geniex.store.locking import file_lock
 from geniex.store.manifest import PULL_LOCK, Manifest, editing, inside
-from geniex.store.names import precision_of
+from geniex.store.names import precision_of, shard_of
 from geniex.store.picker import choose_precision
 
 # Link failures that mean "this filesystem cannot hard-link here": copy instead.
@@ -50,10 +50,9 @@ def register_local(folder, name, source, model_type=None, out=None, interactive=
     if precision not in layout.groups:
         raise ModelNotFound(f"{source} has no precision {precision}; it has: {', '.join(precisions)}")
     group = layout.groups[precision]
-    for path in group.all_files:
-        # Checked as a load would check it (bounded, before any library sees it): a file
-        # llama.cpp could not load is refused now rather than stored.
-        read_header(root / path)
+    for unit in (group.files, group.mtp, [group.mmproj] if group.mmproj else []):
+        if unit:
+            _check_unit(root, unit)
     config = _read_json(root / "config.json") if source.is_dir() else None
     mtype = classify.model_type(model_type, config, layout.has_mmproj)
 
@@ -73,6 +72,25 @@ def register_local(folder, name, source, model_type=None, out=None, interactive=
             manifest.set_group(group, records, {"kind": "local", "path": str(source), "how": how.split()[0]})
     print(f"{how}: {len(group.all_files)} file(s) from {source}", file=out)
     return precision, False
+
+
+def _check_unit(root, unit):
+    """Check one model (a file, or a split model's shards) as a load would check it
+    (bounded, before any library sees it): a model llama.cpp could not load is refused
+    now rather than stored. A split model is checked through its first shard, which holds
+    all the metadata: ``read_header`` reads the other shards from it and checks that
+    each is that shard of that split. Any other file in ``unit`` is not part of it."""
+    first = root / unit[0]
+    shard = shard_of(first.name)
+    if shard and shard[0] != 1:
+        raise StoreError(f"{first} is shard {shard[0]} of a split model, but its first shard "
+                         f"(-00001-of-{shard[1]:05d}.gguf), which holds the model's metadata, is not beside it")
+    files = shard_files(read_header(first))
+    stray = [path for path in unit if root / path not in files]
+    if stray:
+        what = f"split into {len(files)} files (its split.count)" if len(files) > 1 else "one whole file"
+        raise StoreError(f"{root / stray[0]} is not part of the model in {first.name}, which is {what}; "
+                         "move it out of the folder, or get the shards of one conversion")
 
 
 def _check_precision(source, name):

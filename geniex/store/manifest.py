@@ -150,9 +150,13 @@ class Manifest:
 
 
 def inside(folder, relpath):
-    """``folder / relpath``, refusing paths that would leave the folder: ``..``, absolute
-    paths, and a path through (or to) a symlink already on disk."""
-    parts = PurePosixPath(relpath).parts if isinstance(relpath, str) else ()
+    """``folder / relpath`` (the whole path, whether or not it exists yet), refusing
+    paths that would leave the folder: ``..``, absolute paths, backslashes, and a path
+    through (or to) a symlink already on disk. A repo file may sit in subfolders
+    (``Q4_K_M/m-00001-of-00003.gguf``); those not made yet are made by the writer."""
+    # Split by hand: PurePosixPath would drop "." and empty parts ("a//b", "./b"), and a
+    # file recorded under another spelling than its path on disk is one `clean` deletes.
+    parts = relpath.split("/") if isinstance(relpath, str) and relpath else ()
     if not parts or relpath.startswith("/") or "\\" in relpath or any(p in ("..", ".", "") for p in parts):
         raise StoreError(f"refusing unsafe file path {shown(relpath)!r}")
     path = folder
@@ -161,14 +165,15 @@ def inside(folder, relpath):
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
-            break
+            break       # nor is anything below it on disk: nothing more to check
         except OSError as e:
             raise StoreError(f"cannot check {path}: {e.strerror or e}") from None
         if stat.S_ISLNK(mode):
             raise StoreError(f"{path} is a symlink; the store follows none (remove it, or `geniex clean`)")
         if i < len(parts) - 1 and not stat.S_ISDIR(mode):
-            raise StoreError(f"{path} is not a folder; refusing the file path {shown(relpath)!r}")
-    return path
+            raise StoreError(f"{path} is not a folder; refusing the file path {shown(relpath)!r} "
+                             "(remove it, or `geniex clean`)")
+    return folder.joinpath(*parts)
 
 
 def reserved(relpath, others=()):

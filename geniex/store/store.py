@@ -3,8 +3,8 @@
 Layout of ``<data-dir>`` (``--data-dir`` > ``GENIEX_DATADIR`` > ``~/.cache/geniex``)::
 
     models/<org>/<repo>/geniex.json     the manifest: precisions, files, sizes, sha256
-    models/<org>/<repo>/<repo files>    verified files, named as in the repo
-    models/<org>/<repo>/<file>.partial  a download in progress (resumable)
+    models/<org>/<repo>/<repo files>    verified files, named as in the repo (subfolders kept)
+    models/<org>/<repo>/<file>.partial  a download in progress (resumable), beside its file
     models/<org>/<repo>/.pull.lock ...  lock files
 
 Names resolve, in order: an absolute path (or an existing relative ``*.gguf`` path);

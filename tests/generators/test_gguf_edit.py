@@ -56,3 +56,21 @@ def test_converted_tensors_change_size_and_the_rest_are_realigned(target, tmp_pa
             assert (t, d.tobytes()) == (before[k][0], before[k][1].tobytes())
     header = read_header(out, check_model=False)      # offsets, sizes and alignment checked
     assert all(t.offset % 32 == 0 for t in header.tensors.values())
+
+
+def test_split_writes_shards_as_llama_gguf_split_does(target, tmp_path):
+    shards = gguf_edit.split(target, tmp_path / "m-00001-of-00003.gguf")
+    assert [p.name for p in shards] == [f"m-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    V = gguf.GGUFValueType
+    keys = [fields(p) for p in shards]
+    for i, k in enumerate(keys):
+        assert (k.pop("split.no"), k.pop("split.count")) == (([V.UINT16], i), ([V.UINT16], 3))
+        assert k.pop("split.tensors.count") == ([V.INT32], len(data(target)))
+    assert keys[0] == fields(target) and keys[1] == keys[2] == {}     # the metadata is the first's
+    parts = [data(p) for p in shards]
+    assert all(parts) and sum(map(len, parts)) == len(data(target))
+    assert {k: (t, d.tobytes()) for part in parts for k, (t, d) in part.items()} == \
+        {k: (t, d.tobytes()) for k, (t, d) in data(target).items()}
+    read_header(shards[0])                            # the product's checks read every shard
+    with pytest.raises(ValueError, match="not the first of several shards"):
+        gguf_edit.split(target, tmp_path / "m.gguf")

@@ -419,6 +419,25 @@ def test_every_shard_of_a_split_model_is_read(tmp_path):
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize("kvs, drop, words", [
+    ({"split.no": (1, V.UINT32)}, [], "its split.no is a u32, not the u16 llama-gguf-split writes"),
+    ({"split.no": (2, V.UINT16)}, [], "its split.no makes it shard 3 of the split, not shard 2 as its name says"),
+    ({"split.count": (3, V.UINT16)}, [], "its split.count is 3, but the first shard's is 2: it belongs to another"),
+    ({}, ["split.no"], "split.no is missing"),
+    ({}, ["split.count"], "split.count is missing"),
+])
+def test_the_other_shards_are_that_shard_of_that_split(tmp_path, kvs, drop, words):
+    # llama.cpp refuses a shard whose split.no is missing or wrong, and aborts on one that
+    # is not a u16; split.count (as llama-gguf-split writes it) ties the shard to its split.
+    first = write(tmp_path / "m-00001-of-00002.gguf", {"split.count": (2, V.UINT16), "split.no": (0, V.UINT16)})
+    second = write(tmp_path / "m-00002-of-00002.gguf",
+                   {"split.count": (2, V.UINT16), "split.no": (1, V.UINT16), **kvs}, drop)
+    with pytest.raises(ModelLoadError) as caught:
+        read_header(first)
+    assert str(caught.value).startswith(f"{second} is not a usable model shard: ") and words in str(caught.value)
+
+
+@pytest.mark.fast
 def test_the_container_alone_can_be_read_without_the_model_checks(tmp_path):
     path = write(tmp_path / "c.gguf", {f"{ARCH}.block_count": (0, V.UINT32)})
     assert read_header(path, check_model=False).arch_key("block_count") == 0

@@ -3,6 +3,7 @@ import errno
 import hashlib
 import io
 import json
+import os
 import socket
 
 import pytest
@@ -14,6 +15,7 @@ from geniex.store import download
 from geniex.store.errors import DownloadError, HubError, StoreError
 from geniex.store.hub import Hub
 from geniex.store.locking import file_lock
+from geniex.store.manifest import inside
 from geniex.store.picker import choose_precision
 
 pytestmark = pytest.mark.fast   # needs no model: the fast tier
@@ -336,3 +338,77 @@ def test_errors_are_genie_x_errors(store):
     for call in (lambda: store.pull("nope"), lambda: store.remove("a/b:"), lambda: store.resolve("x")):
         with pytest.raises(GenieXError):
             call()
+
+
+# -- files in subfolders of the repo (issue #36) ------------------------------------------
+
+SUB = "org/Sub-GGUF"
+SUB_FILES = {
+    **{f"Q4_K_M/sub-Q4_K_M-0000{i}-of-00003.gguf": make_gguf("s", "Q4_K_M", seed=10 + i) for i in (1, 2, 3)},
+    "Q8_0/sub.gguf": make_gguf("s", "Q8_0", floats=65536, seed=14),
+}
+
+
+def test_inside_gives_the_whole_path_and_still_refuses_escapes(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    assert inside(folder, "Q4_K_M/deeper/m.gguf") == folder / "Q4_K_M" / "deeper" / "m.gguf"
+    (folder / "Q4_K_M").mkdir()
+    assert inside(folder, "Q4_K_M/m.gguf") == folder / "Q4_K_M" / "m.gguf"
+    for bad in ["../m.gguf", "Q4_K_M/../../m.gguf", "/etc/passwd", "Q4_K_M\\m.gguf", "Q4_K_M//m.gguf", "./m.gguf", ""]:
+        with pytest.raises(StoreError, match="refusing unsafe file path"):
+            inside(folder, bad)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", folder / "Q8_0")
+    with pytest.raises(StoreError, match="is a symlink"):
+        inside(folder, "Q8_0/not-yet/m.gguf")
+    (folder / "F16").write_bytes(b"a file")
+    with pytest.raises(StoreError, match="F16 is not a folder.*geniex clean"):
+        inside(folder, "F16/m.gguf")
+
+
+def test_a_split_precision_in_a_subfolder_resolves_lists_and_removes(store, hub):
+    hub.add_repo(SUB, SUB_FILES)
+    shards = [f"Q4_K_M/sub-Q4_K_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    model = store.pull(f"{SUB}:Q4_K_M", out=quiet())
+    folder = store.models_dir / SUB
+    assert model.path == folder / shards[0] and model.files == [folder / s for s in shards]
+    assert all((folder / s).read_bytes() == SUB_FILES[s] for s in shards)
+    assert store.resolve(str(folder / shards[2])).path == model.path   # llama.cpp's loading: beside the first
+    store.pull(f"{SUB}:Q8_0", out=quiet())
+    row = [r for r in store.list_models() if r["name"] == SUB][0]
+    assert row["size"] == sum(map(len, SUB_FILES.values())) and row["precisions"] == ["Q4_K_M", "Q8_0"]
+    assert sorted(p.name for p in store.remove(f"{SUB}:Q4_K_M")) == [s.split("/")[1] for s in shards]
+    assert not (folder / "Q4_K_M").exists() and store.resolve(SUB).path == folder / "Q8_0/sub.gguf"
+    store.remove(SUB)
+    assert not folder.exists()
+
+
+def test_clean_finds_partials_and_locks_in_subfolders(store, hub, monkeypatch):
+    hub.add_repo(SUB, SUB_FILES)
+    store.pull(f"{SUB}:Q4_K_M", out=quiet())
+    monkeypatch.setattr(download, "RETRY_PAUSE", 0)
+    hub.cut(SUB, "Q8_0/sub.gguf", times=100)
+    with pytest.raises(DownloadError, match="kept failing"):
+        store.pull(f"{SUB}:Q8_0", out=quiet())
+    sub = store.models_dir / SUB / "Q8_0"
+    leftovers = [sub / "sub.gguf.lock", sub / "sub.gguf.partial"]
+    assert all(p.is_file() for p in leftovers) and not (store.models_dir / SUB / "Q8_0.partial").exists()
+    assert sorted(store.clean(dry_run=True)) == leftovers
+    assert sorted(store.clean()) == leftovers
+    assert not sub.exists() and store.resolve(SUB).path.read_bytes() == SUB_FILES["Q4_K_M/sub-Q4_K_M-00001-of-00003.gguf"]
+
+
+def test_a_store_left_by_the_old_pull_is_mended_by_clean_then_pull(store, hub):
+    # Before the fix a pull wrote `Q8_0/sub.gguf` as a file named `Q8_0` and recorded
+    # `Q8_0/sub.gguf` in the manifest: the error says how to get out of that.
+    hub.add_repo(SUB, SUB_FILES)
+    store.pull(f"{SUB}:Q8_0", out=quiet())
+    folder = store.models_dir / SUB
+    (folder / "Q8_0/sub.gguf").rename(folder / "sub.gguf")
+    (folder / "Q8_0").rmdir()
+    (folder / "sub.gguf").rename(folder / "Q8_0")
+    with pytest.raises(StoreError, match="Q8_0 is not a folder.*geniex clean"):
+        store.resolve(SUB)
+    assert store.clean() == [folder / "Q8_0"]
+    assert store.pull(f"{SUB}:Q8_0", out=quiet()).path.read_bytes() == SUB_FILES["Q8_0/sub.gguf"]
