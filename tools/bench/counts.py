@@ -191,6 +191,7 @@ def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
     n, lo, hi = params
     drafter = ngram.make(method, SpecOptions(types=(method,), ngram_n=n, ngram_min=lo, ngram_max=hi))
     policy = pol.GainPolicy(curve, 0.006) if policy_name == "auto" else FIXED
+    price = pol.GainPolicy(curve, 0.006).verify_cost      # k drafts -> a (k+1)-row verify, in one-row decodes
     tallies = {}
     memory = []
     calibration = {}
@@ -205,7 +206,7 @@ def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
                                  drafter, None, stats, policy):
             rows = len(step.drafted) + 1
             t.rows += rows
-            t.cost += 1.0 if rows == 1 else pol._interpolate(curve, rows)
+            t.cost += price(rows - 1)
             offered = step.extra.get("offered", len(step.drafted))
             for i, p in enumerate(step.draft_probs or ()):
                 if i > step.accepted or i >= len(step.target):
