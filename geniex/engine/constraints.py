@@ -31,13 +31,13 @@ End tokens: every end-of-generation token of the vocabulary is an end token of t
 grammar, allowed once the text matches and forced once the grammar is complete, so an
 answer ends when the grammar accepts and the model ends, or when nothing else may follow.
 """
-import ctypes
 import json
 import threading
 
 import numpy as np
 
 from geniex.errors import UsageError, shown
+from geniex.llama.api import LLAMA_TOKEN_ATTR_CONTROL, LLAMA_TOKEN_ATTR_USER_DEFINED
 
 KINDS = ("gbnf", "json_schema", "json_object", "lark", "regex")
 
@@ -45,8 +45,6 @@ KINDS = ("gbnf", "json_schema", "json_object", "lark", "regex")
 # model builds it once: it is kept on the Vocab object (not keyed by the C pointer, which
 # a model loaded after this one is freed may reuse).
 _lock = threading.Lock()
-
-_ATTR_CONTROL, _ATTR_USER_DEFINED = 1 << 3, 1 << 4      # llama.h enum llama_token_attr
 
 
 class GrammarError(UsageError):
@@ -139,20 +137,18 @@ def tokenizer(vocab):
         found = getattr(vocab, "_llg_tokenizer", None)
         if found is not None:
             return found
-        lib = vocab._lib
         tokens = []
         for t in range(vocab.n_tokens):
             piece = vocab.piece(t)
-            attr = lib.llama_vocab_get_attr(vocab.ptr, t)
-            if attr & _ATTR_CONTROL or (attr & _ATTR_USER_DEFINED and piece.startswith(b"<")
-                                        and piece.endswith(b">")):
+            attr = vocab.attr(t)
+            if attr & LLAMA_TOKEN_ATTR_CONTROL or (attr & LLAMA_TOKEN_ATTR_USER_DEFINED
+                                                   and piece.startswith(b"<") and piece.endswith(b">")):
                 piece = b"\xff" + piece
             tokens.append(piece)
         eos = [vocab.eos] if vocab.eos in vocab.eog else []
         eos += sorted(vocab.eog - set(eos))
-        fptr = ctypes.cast(lib.llama_tokenize, ctypes.c_void_p).value
-        found = _llg().LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=vocab.ptr, tokenize_fptr=fptr,
-                                                 eos_token=eos, slices=None)
+        found = _llg().LLTokenizer.from_llamacpp(tokens=tokens, vocab_ptr=vocab.ptr,
+                                                 tokenize_fptr=vocab.tokenize_address(), eos_token=eos, slices=None)
         vocab._llg_tokenizer = found
         return found
 

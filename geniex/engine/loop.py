@@ -106,7 +106,8 @@ def verify(ctx, batch, sampler, pending, n_past, drafts, eog, constraint=None, p
 
 
 class Answer:
-    """The committed side of an answer: its sampler, its text and the stop rules."""
+    """One answer's rules and committed side: its sampler, grammar, text and stop rules.
+    A step cuts its draft, verifies it and commits the sampled tokens through it."""
 
     def __init__(self, opts, vocab, n_vocab, history):
         self.sampler = Sampler(opts.sampling, n_vocab, history)
@@ -119,15 +120,47 @@ class Answer:
         self.generated = 0
         self.stop = ""
 
+    def ended(self, cancel, n_past, n_ctx):
+        """Whether the answer has ended; before a step, a client gone (``cancel()``) or a
+        full context ends it."""
+        if not self.stop:
+            if cancel is not None and cancel():
+                self.stop = "user"
+            elif n_past >= n_ctx:
+                self.stop = "context_length"
+        return bool(self.stop)
+
+    def cut(self, draft, method, room, policy):
+        """The one cut of a draft, whatever the drafter returned: room and end tokens,
+        then the policy's choice, then the grammar. Nothing offered: the step is a plain
+        step (no policy call)."""
+        drafts = draft.tokens
+        if drafts:
+            drafts = drafts[:policy.take(method, _offered(drafts, room, self.eog), draft.grade, draft.probs)]
+        if drafts and self.constraint is not None:
+            # A draft token the grammar forbids can never be sampled: cut it (and what
+            # follows it) before the verify rather than reject it there.
+            drafts = drafts[:self.constraint.allowed_prefix(drafts)]
+        return drafts
+
+    def verify(self, ctx, batch, pending, n_past, drafts):
+        """:func:`verify` with this answer's sampler, end tokens, grammar and probe."""
+        if self.probe is not None:
+            self.probe.start()
+        return verify(ctx, batch, self.sampler, pending, n_past, drafts, self.eog, self.constraint, self.probe)
+
     def commit(self, sampled):
         """Take ``sampled`` tokens in order until one ends the answer: an end token (not
         part of the answer), a stop string (held back by the stream), or the length
-        limit. Returns ``(tokens used, answer tokens, text)``."""
+        limit; the grammar forgets the tokens sampled after it. Returns ``(tokens used,
+        answer tokens, text)``."""
         committed, text = [], []
+        used = len(sampled)
         for tok in sampled:
             if tok in self.eog:
                 self.stop = "eos"
-                return len(committed) + 1, committed, "".join(text)
+                used = len(committed) + 1
+                break
             committed.append(tok)
             self.generated += 1
             piece = self.stream.feed(self.piece(tok))
@@ -138,8 +171,11 @@ class Answer:
             elif self.generated >= self.max_tokens:
                 self.stop = "length"
             if self.stop:
+                used = len(committed)
                 break
-        return len(committed), committed, "".join(text)
+        if self.constraint is not None and used < len(sampled):
+            self.constraint.rollback(len(sampled) - used)     # sampled past a stop string
+        return used, committed, "".join(text)
 
 
 def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel=None, stats=None,
@@ -162,36 +198,16 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
     index = 0
     t_decode = time.perf_counter()
     try:
-        while not answer.stop:
-            if cancel is not None and cancel():
-                answer.stop = "user"
-            elif n_past >= ctx.n_ctx:
-                answer.stop = "context_length"
-            if answer.stop:
-                break
+        while not answer.ended(cancel, n_past, ctx.n_ctx):
             room = min(ctx.n_ctx - n_past, opts.max_tokens - answer.generated, rows) - 1
             t0 = time.perf_counter()
             draft = drafter.propose(history, n_past, policy.cap(room)) if room > 0 else EMPTY
             method = draft.method or drafter.name
-            # The one cut, whatever the drafter returned: room and end tokens, then the
-            # policy's choice. Nothing offered: the step is a plain step (no policy call).
-            drafts = draft.tokens
-            if drafts:
-                drafts = drafts[:policy.take(method, _offered(drafts, room, answer.eog), draft.grade, draft.probs)]
-            if drafts and answer.constraint is not None:
-                # A draft token the grammar forbids can never be sampled: cut it (and what
-                # follows it) before the verify rather than reject it there.
-                drafts = drafts[:answer.constraint.allowed_prefix(drafts)]
+            drafts = answer.cut(draft, method, room, policy)
             t1 = time.perf_counter()
             pending = history[n_past]
-            probe = answer.probe
-            if probe is not None:
-                probe.start()
-            sampled, accepted = verify(ctx, batch, answer.sampler, pending, n_past, drafts, answer.eog,
-                                       answer.constraint, probe)
+            sampled, accepted = answer.verify(ctx, batch, pending, n_past, drafts)
             used, committed, text = answer.commit(sampled)
-            if answer.constraint is not None and used < len(sampled):
-                answer.constraint.rollback(len(sampled) - used)     # sampled past a stop string
             history.extend(sampled[:used])
             n_past += used
             if used <= len(drafts):
@@ -207,14 +223,10 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
             else:
                 drafter.observe(history, n_past, used - 1, examined, accepted)
             probs = list(draft.probs[:len(drafts)]) if drafts and draft.probs is not None else None
-            extra = {}
-            if len(draft.tokens) > len(drafts):
-                extra["offered"] = len(draft.tokens)
-            if draft.grade:
-                extra["grade"] = draft.grade
+            logprobs = answer.probe.rows[:len(committed)] if answer.probe is not None else None
             yield Step(index, n_past - used, pending, list(drafts), probs, method if drafts else "",
-                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop, extra,
-                       probe.rows[:len(committed)] if probe is not None else None)
+                       sampled[:used], accepted, committed, text, t1 - t0, t2 - t1, answer.stop,
+                       _extra(draft, drafts), logprobs)
             index += 1
     finally:
         kv.tokens = history[:n_past]            # what the KV cache holds for the next answer
@@ -223,6 +235,16 @@ def steps(ctx, vocab, kv, batch, prompt_tokens, opts, drafter=NO_DRAFTER, cancel
     if tail or answer.stop in ("user", "context_length"):
         yield Step(index, n_past, history[n_past] if n_past < len(history) else -1, [], None, "",
                    [], 0, [], tail, 0.0, 0.0, answer.stop)
+
+
+def _extra(draft, drafts):
+    """A step's ``extra``: what the drafter offered beyond what was verified, the draft's grade."""
+    extra = {}
+    if len(draft.tokens) > len(drafts):
+        extra["offered"] = len(draft.tokens)
+    if draft.grade:
+        extra["grade"] = draft.grade
+    return extra
 
 
 def _offered(tokens, room, eog):

@@ -6,7 +6,8 @@ Everything that crosses the C boundary is declared here once, with ``argtypes`` 
 :func:`geniex.llama.library.load` refuses a library whose defaults do not match the
 layouts below before any of these declarations is used.
 
-Nothing outside ``geniex.llama`` imports ctypes.
+Nothing outside ``geniex.llama`` imports ctypes (the one C function not of llama.cpp,
+glibc's ``malloc_trim``, is :mod:`geniex.llama.libc`).
 """
 import ctypes
 from ctypes import (
@@ -36,6 +37,9 @@ GGML_BACKEND_DEVICE_TYPE_ACCEL = 3
 LLAMA_POOLING_TYPE_NONE = 0
 LLAMA_POOLING_TYPE_RANK = 4      # a reranker's classification head
 POOLING_NAMES = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
+# enum llama_token_attr: bits of llama_vocab_get_attr (the grammar backend marks control tokens)
+LLAMA_TOKEN_ATTR_CONTROL = 1 << 3
+LLAMA_TOKEN_ATTR_USER_DEFINED = 1 << 4
 
 
 class llama_model_params(Structure):
@@ -190,7 +194,7 @@ FUNCTIONS = {
     "llama_vocab_get_add_bos": (c_bool, [c_void_p]),
     "llama_vocab_get_add_eos": (c_bool, [c_void_p]),
     "llama_vocab_get_text": (c_char_p, [c_void_p, llama_token]),
-    # enum llama_token_attr bits (CONTROL 1<<3, USER_DEFINED 1<<4): the grammar backend marks control tokens
+    # a token's enum llama_token_attr bits (LLAMA_TOKEN_ATTR_*)
     "llama_vocab_get_attr": (c_int, [c_void_p, llama_token]),
     # fill-in-the-middle tokens (-1 = the vocabulary has none)
     "llama_vocab_fim_pre": (llama_token, [c_void_p]),

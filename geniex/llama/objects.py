@@ -72,6 +72,16 @@ class Vocab:
         """Token ids -> text (special tokens rendered)."""
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 
+    def attr(self, token):
+        """The token's ``enum llama_token_attr`` bits (``api.LLAMA_TOKEN_ATTR_*``)."""
+        return self._lib.llama_vocab_get_attr(self.ptr, token)
+
+    def tokenize_address(self):
+        """The address of the library's ``llama_tokenize`` (declared in :mod:`geniex.llama.api`),
+        for a C library that tokenizes this vocabulary itself (llguidance, given
+        :attr:`ptr` as the vocabulary)."""
+        return ctypes.cast(self._lib.llama_tokenize, ctypes.c_void_p).value
+
 
 class Model:
     """A loaded GGUF model. Check the file with :func:`read_header` first (done here)."""

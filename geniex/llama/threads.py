@@ -4,10 +4,10 @@ ggml's CPU backend runs a decode on OpenMP threads that meet at a barrier after 
 graph node, spinning while they wait (the default, active wait policy). On a quiet
 machine that is the fastest way to decode. When another process holds a core, a
 spinning thread and the thread it waits for share one core, and a decode on every core
-can take several times as long as on one thread (``tools/bench/bench_contention.py``
-measures it). A passive wait policy removes the stalls but makes every barrier a sleep
-and a wake-up, which costs much of a quiet two-thread decode's speed, so geniex keeps the
-active policy and measures instead.
+can take several times as long as on one thread (8-10x with a busy loop on one of two
+cores: tools/bench/BENCHMARKS.md, "Busy neighbour"). A passive wait policy removes the
+stalls but makes every barrier a sleep and a wake-up, which costs much of a quiet
+two-thread decode's speed, so geniex keeps the active policy and measures instead.
 
 :class:`ThreadGovernor` keeps a running estimate of the time per decoded row on every core
 and on one thread. It decodes on the faster one, and every so often tries the other for a

@@ -15,7 +15,8 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
 from geniex import config as geniex_config
-from geniex.server import body, guard, validation
+from geniex.llama import libc
+from geniex.server import guard, validation
 from geniex.server.answering import Answerer, Defaults
 from geniex.server.cache import ModelCache
 from geniex.server.metrics import Metrics
@@ -92,7 +93,7 @@ def create_app(config=None, store=None):
     def give_memory_back(exc):
         # A burst of large bodies leaves the heap at its peak unless it is trimmed.
         if g.get("geniex_big_body"):
-            body.release_memory()
+            libc.malloc_trim()
 
     @app.after_request
     def queue_wait(response):

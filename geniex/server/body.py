@@ -10,8 +10,6 @@ per object as the parser, so 8 MiB of 275,000 empty content parts took 29 s of
 checking. A body of more than :data:`MAX_OBJECTS` objects, or with an array of more
 than :data:`MAX_ITEMS` items, is a 413 as soon as the parser has seen that many.
 """
-import ctypes
-import ctypes.util
 import json
 import math
 
@@ -21,6 +19,7 @@ MAX_DEPTH = 32          # a chat request needs 5 levels (body, messages, message
 MAX_OBJECTS = 20_000    # JSON objects in a body: messages, content parts, tool schemas, ...
 MAX_ITEMS = 262_144     # items of one array (a prompt of token ids: longer than any context we run)
 BIG_BODY = 1 << 20      # requests with bodies from this size give memory back to the OS when they end
+                        # (geniex.llama.libc.malloc_trim, from app.py)
 
 
 class _TooMany(ValueError):
@@ -74,27 +73,6 @@ def parse(raw):
         raise ApiError(400, f"the request body is not valid JSON ({e})", code="invalid_json") from None
     _check_strings(value)
     return value
-
-
-def release_memory():
-    """Give freed heap memory back to the OS (glibc's ``malloc_trim``), so a burst of
-    large bodies does not leave the server at its peak size; nothing elsewhere."""
-    if _TRIM is not None:
-        _TRIM(0)
-
-
-def _malloc_trim():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
-
-
-_TRIM = _malloc_trim()
 
 
 def _check_strings(value):

@@ -1,9 +1,9 @@
 """The accept loop against a replayed target (one-hot logits on a known answer): the
-loop's bookkeeping, limits and stop rules without a model (geniex/engine/replay.py)."""
+loop's bookkeeping, limits and stop rules without a model (tests/support/replay.py)."""
 import pytest
+from replay import ReplayTarget
 
 from geniex.engine.loop import GenOptions, verify
-from geniex.engine.replay import ReplayTarget
 from geniex.engine.sampling import Sampler, SamplingParams
 from geniex.speculative.drafters import ngram
 from geniex.speculative.drafters.base import Draft, Drafter

@@ -10,7 +10,7 @@ bench's requests (``workloads/``, in the bench's order, the earlier turns of a
 conversation included) once with plain decoding on the demo model (cached in a file),
 then runs the real loop (:func:`geniex.engine.loop.steps`) with the real drafters and
 draft policy against a stand-in context that replays each answer
-(:mod:`geniex.engine.replay`), one drafter for the whole sequence, so its memory across
+(``tests/support/replay.py``), one drafter for the whole sequence, so its memory across
 requests is what the bench's would be. Printed per workload and method:
 
 - target decodes per answer token, rows verified per step, and the **predicted
@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
+sys.path.append(str(ROOT / "tests" / "support"))     # for the replay target (replay.py) only
 
 import workloads  # noqa: E402
 from configs import parse_method  # noqa: E402
@@ -179,8 +180,9 @@ def copyable_flags(source, prompt_len, answer, k=COPY_MATCH):
 
 def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
     """Run one drafter over the whole request sequence; {workload: Tally}."""
+    from replay import ReplayTarget
+
     from geniex.engine.loop import FIXED, GenOptions
-    from geniex.engine.replay import ReplayTarget
     from geniex.engine.sampling import SamplingParams
     from geniex.engine.stats import Stats
     from geniex.speculative import policy as pol
@@ -189,6 +191,7 @@ def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
     n, lo, hi = params
     drafter = ngram.make(method, SpecOptions(types=(method,), ngram_n=n, ngram_min=lo, ngram_max=hi))
     policy = pol.GainPolicy(curve, 0.006) if policy_name == "auto" else FIXED
+    price = pol.GainPolicy(curve, 0.006).verify_cost      # k drafts -> a (k+1)-row verify, in one-row decodes
     tallies = {}
     memory = []
     calibration = {}
@@ -203,7 +206,7 @@ def replay_all(reqs, n_vocab, eog, method, params, policy_name, curve):
                                  drafter, None, stats, policy):
             rows = len(step.drafted) + 1
             t.rows += rows
-            t.cost += 1.0 if rows == 1 else pol._interpolate(curve, rows)
+            t.cost += price(rows - 1)
             offered = step.extra.get("offered", len(step.drafted))
             for i, p in enumerate(step.draft_probs or ()):
                 if i > step.accepted or i >= len(step.target):

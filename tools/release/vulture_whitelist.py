@@ -24,9 +24,8 @@ _.flash_attn_type, _.writeable
 # prometheus_client calls a collector's collect().
 _.collect
 
-# Used by tests and tools only: the replayed target (tests/engine/test_loop_replay.py,
-# tools/bench/counts.py), the schema generator (tools/release/sync_schemas.py and its
+# Used by tests and tools only: the schema generator (tools/release/sync_schemas.py and its
 # test), state a test reads (the governor's switch count, the policy's learnt acceptance,
 # a resolved model's draft flag, a reasoning budget's count and whether it closed the block).
-ReplayTarget, schema_properties, schema_unknown_pattern
+schema_properties, schema_unknown_pattern
 _.switches, _.acceptance, is_draft, _.thought_tokens, _.closed_by_budget

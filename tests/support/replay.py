@@ -1,6 +1,6 @@
 """A stand-in target that replays a known answer: the accept loop and the drafters run
 without a model (the fast test tier; the benchmarks' exact counts of drafting,
-``tools/bench/counts.py``).
+``tools/bench/counts.py``, which puts this folder on its path for it alone).
 
 The context's logits are one-hot on the next token of ``sequence`` (prompt + the
 plain answer) at each row's position, so greedy decoding through
