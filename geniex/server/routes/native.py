@@ -28,6 +28,8 @@ STOP_TYPE = {"eos": "eos", "length": "limit", "context_length": "limit", "stop_s
 def completion():
     """Continue a raw prompt (text or token ids) in llama.cpp's native shape."""
     body = read_body()
+    if not isinstance(body, dict):
+        validate(body, "completions.request.json")      # the 400 for a body that is no object
     if "prompt" not in body and "content" in body:
         body["prompt"] = body["content"]        # llama.cpp's older name
     prompts = body.get("prompt")
