@@ -210,8 +210,8 @@ def test_a_request_that_waits_behind_another_counts_its_wait_in_the_header_and_t
     HOLD = 0.5
     assert server.chat(chat_body(max_tokens=1)).status_code == 200          # resident
     before = _metrics(server)
-    holder = server.cache.lease(CacheKey(DEMO, 0, 0, (), (), None, any_load=True),
-                                lambda previous: pytest.fail("the resident model was reloaded"))
+    resident = CacheKey(model=DEMO, nctx=0, ngl=0, compute=(), cache_types=(), spec=None, any_load=True)
+    holder = server.cache.lease(resident, lambda previous: pytest.fail("the resident model was reloaded"))
     box = []
     t = threading.Thread(target=lambda: box.append(server.chat(chat_body(max_tokens=1))))
     t.start()
