@@ -6,16 +6,21 @@ never-reading or flooding clients cannot hold the server (geniex.server.serving)
 import io
 import json
 import os
+import re
 import signal
 import socket
+import threading
+import time
+import types
 
 import pytest
 import requests
 
-from awaiting import until
+from awaiting import queued, until
+from geniex.llama.kv import PROMPT_CHUNK
 from geniex.store import Store
 import gguf_mutants
-from serverproc import DEMO, AppServer, Server, chat_body, check_shape
+from serverproc import ANSWER_TIMEOUT, DEMO, AppServer, Server, chat_body, check_shape
 
 LONG = {"model": DEMO, "messages": [{"role": "user", "content": "Tell me a very long story about a dragon."}],
         "max_completion_tokens": 2000}
@@ -63,7 +68,6 @@ def test_a_worker_killed_under_a_plain_request_is_a_502(server):
     assert server.chat(chat_body(max_tokens=1)).status_code == 200
     pid = server.health()["worker_pid"]
     box = []
-    import threading
     t = threading.Thread(target=lambda: box.append(server.chat(LONG)))
     t.start()
     until(lambda: server.health()["idle_seconds"] is None, what="the answer to start")
@@ -157,21 +161,81 @@ def test_a_prompt_over_the_time_budget_is_a_504(tmp_path):
         check_shape(r.json(), "Error")
         assert r.json()["error"]["code"] == "request_timeout"
         assert "--request-timeout" in r.json()["error"]["message"]
-        assert s.chat(chat_body(max_tokens=1)).status_code in (200, 504)     # the model is free again
+        # The model is free again: with the budget lifted (--request-timeout 0) the next
+        # request is answered, by the same worker and the same load (the timed-out
+        # prompt ended at its next chunk, so its worker was kept, not killed).
+        health = s.health()
+        s.app.extensions["geniex.answerer"].request_timeout = 0
+        ok = s.chat(chat_body(max_tokens=1))
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 1, ok.text
+        assert (s.health()["worker_pid"], s.health()["loads"]) == (health["worker_pid"], health["loads"])
 
 
-def test_the_default_budget_fits_the_longest_answer(server):
+def test_the_default_budget_fits_the_longest_answer(server, monkeypatch):
+    # docs/isolation.md: with no --request-timeout, an answer's budget is four times a
+    # full context of one-row decodes, timed at load, and at least 60 s.
+    from geniex.server.worker import WorkerSession
+    budgets = []
+    run = WorkerSession.run
+
+    def recorded(self, task, cancel=None, timeout=None):
+        budgets.append(timeout)
+        return run(self, task, cancel, timeout=timeout)
+
+    monkeypatch.setattr(WorkerSession, "run", recorded)
     assert server.chat(chat_body(max_tokens=1)).status_code == 200
     session = server.cache._session
-    assert session.row_seconds > 0
-    assert session.default_timeout() >= max(60.0, 2048 * session.row_seconds)
+    assert session.nctx == 2048                          # the server's context, not a default
+    assert session.row_seconds > 0                       # timed at load
+    default = max(60.0, 4 * 2048 * session.row_seconds)
+    assert budgets[-1] == session.default_timeout() == pytest.approx(default)       # the answer got it
+    # The formula on both sides of the 60 s floor (the demo model's budget is the floor
+    # on a fast machine, and above it on a slow or busy one).
+    for nctx, row in ((8192, 0.01), (131072, 0.002), (2048, 0.001)):
+        fake = WorkerSession(types.SimpleNamespace(pid=None), DEMO, {"nctx": nctx, "row_seconds": row})
+        assert fake.default_timeout() == pytest.approx(max(60.0, 4 * nctx * row)), (nctx, row)
 
 
-def test_the_queue_wait_is_a_header_and_a_metric(server):
-    r = server.chat(chat_body(max_tokens=1))
-    assert float(r.headers["GenieX-Queue-Wait"]) >= 0
-    text = server.get("/metrics").text
-    assert "geniex:queue_wait_seconds_total" in text and "geniex:request_timeouts_total" in text
+def _metrics(server):
+    from prometheus_client.parser import text_string_to_metric_families
+    return {s.name: s.value for f in text_string_to_metric_families(server.get("/metrics").text) for s in f.samples}
+
+
+def test_a_request_that_waits_behind_another_counts_its_wait_in_the_header_and_the_metrics(server):
+    # The test takes the model's turn itself, as an answer in progress holds it, and
+    # keeps it HOLD seconds after a request has queued behind it: that request waited
+    # at least HOLD seconds however slow the machine (it asked before it was seen
+    # queued, and got the turn after the release).
+    from geniex.server.cache import CacheKey
+    HOLD = 0.5
+    assert server.chat(chat_body(max_tokens=1)).status_code == 200          # resident
+    before = _metrics(server)
+    resident = CacheKey(model=DEMO, nctx=0, ngl=0, compute=(), cache_types=(), spec=None, any_load=True)
+    holder = server.cache.lease(resident, lambda previous: pytest.fail("the resident model was reloaded"))
+    box = []
+    t = threading.Thread(target=lambda: box.append(server.chat(chat_body(max_tokens=1))))
+    t.start()
+    try:
+        queued(server.cache, 1)
+        assert _metrics(server)["llamacpp:requests_deferred"] == 1
+        time.sleep(HOLD)
+    finally:
+        holder.release()
+    t.join(ANSWER_TIMEOUT)
+    r = box[0]
+    assert r.status_code == 200, r.text
+    waited = float(r.headers["GenieX-Queue-Wait"])
+    assert waited >= HOLD
+    after = _metrics(server)
+    assert after["geniex:queue_requests_total"] == before["geniex:queue_requests_total"] + 1
+    assert after["geniex:queue_wait_seconds_total"] - before["geniex:queue_wait_seconds_total"] \
+        == pytest.approx(waited, abs=0.001)
+    assert after["geniex:queue_wait_seconds_max"] >= waited - 0.001
+    assert after["llamacpp:requests_deferred"] == 0
+    assert after["geniex:request_timeouts_total"] == before["geniex:request_timeouts_total"]
+    # A request that finds the model free waits (next to) nothing.
+    alone = server.chat(chat_body(max_tokens=1))
+    assert float(alone.headers["GenieX-Queue-Wait"]) < HOLD
 
 
 # -- clients -----------------------------------------------------------------------------
@@ -265,13 +329,15 @@ def test_a_long_array_is_refused_before_the_schema_check(server):
 
 # -- shutdown ----------------------------------------------------------------------------
 def test_sigterm_during_a_long_prompt_cancels_it_between_chunks_and_the_client_gets_an_answer(tmp_path):
-    # A prompt of eleven 128-row chunks (geniex.llama.kv.PROMPT_CHUNK): the signal lands
-    # while one is decoded, or before the first, and the prompt stops before the next.
+    # A prompt of eleven 128-row chunks (geniex.llama.kv.PROMPT_CHUNK):
+    # the signal lands once the request holds the model, while a chunk is decoded or
+    # before the first, and the prompt stops before the next chunk; the client gets
+    # the 503 that says how far it got. (An answer that ran past its prompt would be a
+    # 200: the prompt was not cancelled, which is what this test is about.)
     s = Server(tmp_path, "--nctx", 2048)
     try:
         assert s.chat({"model": DEMO, "messages": []}).status_code == 200
         box = []
-        import threading
         t = threading.Thread(target=lambda: box.append(s.chat(chat_body("word " * 1400, max_tokens=50))))
         t.start()
         until(lambda: s.health()["idle_seconds"] is None, what="the prompt to be decoded")
@@ -282,6 +348,10 @@ def test_sigterm_during_a_long_prompt_cancels_it_between_chunks_and_the_client_g
         s.stop()
     assert code == 0, s.stderr[-2000:]                  # no segfault under llama_decode
     r = box[0]                                          # a whole HTTP answer, not a dropped connection
-    if r.status_code != 200:
-        assert r.status_code == 503 and r.json()["error"]["code"] in ("request_cancelled", "shutting_down"), r.text
+    assert r.status_code == 503, r.text
+    error = r.json()["error"]
+    assert error["code"] == "request_cancelled", r.text
+    done, total = map(int, re.search(r"cancelled after (\d+) of (\d+) prompt tokens", error["message"]).groups())
+    assert total > 1400 and done < total and done % PROMPT_CHUNK == 0, error["message"]
+    assert f"stopped after {done} of {total} prompt tokens" in s.stderr
     assert "Traceback" not in s.stderr

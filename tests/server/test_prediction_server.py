@@ -1,9 +1,10 @@
 """OpenAI's ``prediction`` through the real server: the answer is the one without it,
 drafted from the prediction (counted in ``usage.completion_tokens_details``) even
 though the request names no speculative method."""
+import dataclasses
+
 import pytest
 
-from geniex.config import physical_cores
 from serverproc import AppServer, DEMO, ok
 
 # An f16 cache's split attention on every core (tests/support/parallel.py).
@@ -29,12 +30,31 @@ def test_a_prediction_drafts_the_answer_without_changing_it(server):
     assert details["accepted_prediction_tokens"] >= plain["usage"]["completion_tokens"] // 2
 
 
-def test_a_prediction_that_could_change_the_answer_is_refused(server):
+@pytest.mark.parametrize("threads", [2, 1])
+def test_a_prediction_is_refused_only_where_it_could_change_the_answer(tmp_path, monkeypatch, threads):
     # An F16 cache on two threads splits one-row attention past 512 cells: drafted rows
-    # would then not be the plain answer's bits.
-    r = server.chat({**ASK, "max_tokens": 4, "cache_type_k": "f16", "cache_type_v": "f16",
-                     "prediction": {"type": "content", "content": "Red: apple"}})
-    if physical_cores() > 1:
-        assert r.status_code == 400 and r.json()["error"]["param"] == "prediction", r.text
-    else:                                       # one thread: one-row decodes never split
-        assert r.status_code == 200, r.text
+    # would then not be the plain answer's bits; on one thread they are. ``geniex serve``
+    # loads on every core the process may use (no flag sets it), so the test sets the
+    # thread count where the server opens the model: both cases run on any runner.
+    from geniex.server.worker import WorkerSession
+    opened = WorkerSession.open.__func__
+
+    def open_on_threads(cls, target, options, previous=None):
+        return opened(cls, target, dataclasses.replace(options, threads=threads, threads_batch=threads), previous)
+
+    monkeypatch.setattr(WorkerSession, "open", classmethod(open_on_threads))
+    # A fixed draft policy (set at load, by the first request): the prediction is
+    # drafted as long as it goes, whatever this machine's verify costs.
+    f16 = {**ASK, "cache_type_k": "f16", "cache_type_v": "f16", "spec_draft_policy": "fixed"}
+    with AppServer(tmp_path, nctx=512) as s:
+        if threads > 1:
+            r = s.chat({**f16, "max_tokens": 4, "prediction": {"type": "content", "content": "Red: apple"}})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "prediction", r.text
+            assert f"f16/f16 KV cache on {threads} threads" in r.json()["error"]["message"]
+        else:
+            plain = ok(s.chat(f16))
+            text = plain["choices"][0]["message"]["content"]
+            predicted = ok(s.chat({**f16, "prediction": {"type": "content", "content": text}}))
+            assert predicted["choices"][0]["message"]["content"] == text
+            details = predicted["usage"]["completion_tokens_details"]
+            assert details["accepted_prediction_tokens"] >= plain["usage"]["completion_tokens"] // 2

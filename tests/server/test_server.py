@@ -10,7 +10,7 @@ import requests
 from fakehub import FakeHub
 from geniex.store import Store
 from geniex.store.hub import Hub
-from serverproc import DEMO, AppServer, chat_body, check_shape
+from serverproc import DEMO, AppServer, chat_body, check_shape, ok
 
 VLM = "test/vision-demo:Q4_1"
 QAIRT = "qualcomm/Bundle:DEFAULT"
@@ -126,10 +126,19 @@ def test_eos_gives_finish_reason_stop(server):
     assert r["usage"]["timings"]["stop_reason"] == "eos"
 
 
-def test_seeded_sampling_is_reproducible(server):
-    body = chat_body("Write a word.", max_tokens=8, temperature=1.5, top_k=40, seed=7)
-    first = server.chat(body).json()["choices"][0]["message"]["content"]
-    assert server.chat(body).json()["choices"][0]["message"]["content"] == first
+def test_seeded_sampling_is_reproducible_and_the_seed_decides_the_sample(server):
+    def answer(**fields):
+        body = chat_body("Write a word.", max_tokens=8, **fields)
+        return ok(server.chat(body))["choices"][0]["message"]["content"]
+
+    hot = {"temperature": 1.5, "top_k": 40}
+    first = answer(seed=7, **hot)
+    assert answer(seed=7, **hot) == first                       # the same seed, the same sample
+    # At temperature 1.5 over 8 tokens another seed draws another answer (near certain;
+    # fixed for a given model and build), and a sample is not the greedy answer.
+    others = {answer(seed=seed, **hot) for seed in (8, 9)}
+    assert others - {first}, (first, others)
+    assert first != answer()
 
 
 def test_developer_role_and_content_parts(server):
@@ -283,12 +292,49 @@ def test_completions_schema_rejections(server, body, param, expect):
     assert err["param"] == param and expect in err["message"], err["message"]
 
 
-def test_fields_openai_clients_send_are_accepted(server):
-    body = chat_body(max_tokens=2, user="me", logprobs=False, top_logprobs=None, logit_bias={}, n=1,
-                     response_format={"type": "text"}, tools=[], tool_choice="none", parallel_tool_calls=False,
-                     store=False, metadata={}, service_tier="auto", frequency_penalty=None, presence_penalty=0,
-                     stream=False, stream_options=None, stop=None, seed=None, temperature=None)
-    assert server.chat({**body, "max_tokens": None}).status_code == 200
+# What OpenAI's clients send for "not set" (several send every field they know).
+UNSET = dict(user="me", logprobs=False, top_logprobs=None, logit_bias={}, n=1, response_format={"type": "text"},
+             tools=[], tool_choice="none", parallel_tool_calls=False, store=False, metadata={}, service_tier="auto",
+             frequency_penalty=None, presence_penalty=0, stream=False, stream_options=None, stop=None, seed=None,
+             temperature=None, max_tokens=None)
+MOON = chat_body("Tell me about the Moon.", max_tokens=8)
+
+
+def test_fields_openai_clients_send_unset_change_nothing(server):
+    bare = ok(server.chat(MOON))
+    r = server.chat({**MOON, **UNSET})
+    assert r.headers["Content-Type"].startswith("application/json")           # stream: false
+    sent = ok(r)
+    assert sent["choices"] == bare["choices"] and len(sent["choices"]) == 1        # n: 1, the same greedy answer
+    choice = sent["choices"][0]
+    assert choice["finish_reason"] == "length" and sent["usage"]["completion_tokens"] == 8
+    assert choice["logprobs"] is None and "tool_calls" not in choice["message"]
+    assert "warnings" not in sent
+
+
+def test_fields_openai_clients_send_take_effect(server):
+    bare = ok(server.chat(MOON))["choices"][0]["message"]["content"]
+    body = {**UNSET, "model": DEMO, "messages": MOON["messages"], "max_tokens": 4, "logprobs": True, "top_logprobs": 2}
+    r = ok(server.chat(body))
+    choice = r["choices"][0]
+    # max_tokens (no max_completion_tokens): four tokens, cut by the length; the greedy
+    # answer's first four.
+    assert r["usage"]["completion_tokens"] == 4 and choice["finish_reason"] == "length"
+    assert bare.startswith(choice["message"]["content"])
+    # logprobs and top_logprobs: one entry per token, the chosen (greedy) token first of two.
+    entries = choice["logprobs"]["content"]
+    assert len(entries) == 4 and "".join(e["token"] for e in entries) == choice["message"]["content"]
+    assert all(len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["id"] == e["id"] for e in entries)
+    # logit_bias: the first token banned, the answer starts with the runner-up.
+    first, runner_up = entries[0]["top_logprobs"]
+    biased = ok(server.chat({**body, "logit_bias": {str(first["id"]): -100}}))["choices"][0]
+    assert biased["logprobs"]["content"][0]["id"] == runner_up["id"]
+    assert biased["message"]["content"].startswith(runner_up["token"])
+    # stop: the answer ends before the stop string, with finish_reason "stop".
+    stop = " " + bare.split()[3]
+    stopped = ok(server.chat({**MOON, **UNSET, "stop": [stop]}))
+    assert stopped["choices"][0]["message"]["content"] == bare[:bare.index(stop)]
+    assert stopped["choices"][0]["finish_reason"] == "stop"
 
 
 def test_not_json_and_wrong_routes(server):

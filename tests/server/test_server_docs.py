@@ -2,18 +2,18 @@
 generated from ``schemas/`` so they cannot drift from what the server validates."""
 import re
 
+import jsonschema
 import openapi_spec_validator
 import pytest
 
-from geniex.server import openapi
 from geniex.server.validation import schemas
-from serverproc import AppServer
+from serverproc import DEMO, AppServer
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """An in-process server (no model is loaded by these tests)."""
-    with AppServer(tmp_path_factory.mktemp("docs-data")) as s:
+    """An in-process server (no model is loaded by these tests), /metrics on."""
+    with AppServer(tmp_path_factory.mktemp("docs-data"), metrics=True) as s:
         yield s
 
 
@@ -36,10 +36,74 @@ def test_swagger_page_and_every_asset_it_names_are_local(server):
     assert server.get(spec_url).json()["openapi"].startswith("3.1")
 
 
-def test_openapi_document_is_valid_and_served(server):
-    served = server.get("/openapi.json").json()
-    assert served == openapi.document()
-    openapi_spec_validator.validate(served)
+def test_openapi_document_is_valid(server):
+    openapi_spec_validator.validate(server.get("/openapi.json").json())
+
+
+# The documentation's own pages: the only routes the document does not describe.
+DOC_PAGES = {"docs.root", "docs.swagger_page", "docs.swagger_file", "docs.openapi_json"}
+
+
+def _served(app):
+    """{endpoint: {(path, method)}} of the app's routes, paths in OpenAPI's spelling."""
+    out = {}
+    for rule in app.url_map.iter_rules():
+        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
+        out.setdefault(rule.endpoint, set()).update((path, m.lower()) for m in rule.methods - {"HEAD", "OPTIONS"})
+    return out
+
+
+def test_openapi_document_describes_the_routes_the_app_serves(server):
+    # Against Flask's url_map, not the table the document is built from: every
+    # documented operation is served, and every route but the documentation's own is
+    # documented (under one of its paths: /v1/health, /completions, /models ... are
+    # aliases of documented ones).
+    doc = server.get("/openapi.json").json()
+    documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
+    served = _served(server.app)
+    every = set().union(*served.values())
+    assert documented - every == set()
+    undocumented = {endpoint: sorted(ops) for endpoint, ops in served.items()
+                    if endpoint not in DOC_PAGES and not ops & documented}
+    assert undocumented == {}
+
+
+def _answers_as_documented(doc, path, method, r):
+    """``r``, an answer to ``method path``: its status is one the document lists for
+    the operation, its type one that status has, and a JSON body validates against
+    that status's schema (the document's own components resolve its references)."""
+    responses = doc["paths"][path][method]["responses"]
+    assert str(r.status_code) in responses, (method, path, r.status_code, r.text[:300])
+    content = responses[str(r.status_code)]["content"]
+    kind = r.headers["Content-Type"].split(";")[0]
+    assert kind in content, (method, path, kind, sorted(content))
+    if kind == "application/json":
+        schema = {**content[kind]["schema"], "components": doc["components"]}
+        jsonschema.Draft202012Validator(schema).validate(r.json())
+
+
+def test_the_server_answers_as_its_document_says(server):
+    # Every operation, answered without a model: GETs as they are (a stored model by
+    # name, and one that is not stored), operations with a request body given a body
+    # that is no JSON object (the 400 every request schema starts with).
+    doc = server.get("/openapi.json").json()
+    checked = 0
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if "requestBody" in op:
+                r = server.post(path, [])
+                assert r.status_code == 400, (path, r.status_code, r.text[:300])
+                answers = [r]
+            elif method == "get":
+                names = (DEMO, "nobody/nothing:Q4_0") if "{model}" in path else ("",)
+                answers = [server.get(path.replace("{model}", name)) for name in names]
+            else:
+                answers = [server.post(path, {})]
+            for r in answers:
+                _answers_as_documented(doc, path, method, r)
+                checked += 1
+    assert checked == sum(map(len, doc["paths"].values())) + 1
+    assert server.health()["model"] is None                  # nothing was loaded
 
 
 def test_openapi_document_follows_the_schema_files(server):

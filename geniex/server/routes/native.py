@@ -23,6 +23,8 @@ bp = Blueprint("native", __name__)
 def completion():
     """Continue a raw prompt (text or token ids) in llama.cpp's native shape."""
     body = read_body()
+    if not isinstance(body, dict):
+        validate(body, "completions.request.json")      # the 400 for a body that is no object
     if "prompt" not in body and "content" in body:
         body["prompt"] = body["content"]        # llama.cpp's older name
     prompts = body.get("prompt")
