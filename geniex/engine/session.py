@@ -32,6 +32,9 @@ log = logging.getLogger("geniex.engine")
 # Rows of the target context's batch: a verify batch (the pending token plus its drafts)
 # never holds more (a prompt is decoded in chunks of geniex.llama.kv.PROMPT_CHUNK).
 N_BATCH = 512
+# The micro-batch of an F16/F32 KV cache: under 64 rows, where its verify rows keep the
+# kernels of one-row decodes (docs/speculative.md, "Identical output").
+EXACT_F16_UBATCH = 32
 
 
 @dataclass
@@ -47,7 +50,10 @@ class LoadOptions:
     # rows (docs/speculative.md, "Identical output"); llama.cpp's names, as -ctk/-ctv take them.
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
-    n_ubatch: int = 32
+    # Rows per micro-batch; 0: the batch's 512 where the cache type makes rows the same
+    # bits in a batch of any size (a prompt then decodes at llama.cpp's pace), else 32 (an
+    # F16 cache takes a tiled kernel from 64 rows, which a one-row decode never matches).
+    n_ubatch: int = 0
     adaptive_threads: bool = True    # drop to one thread while a neighbour stalls decodes
     data_dir: object = None          # where measured verify costs are cached (None: the default)
     memory_budget: int | None = None  # bytes the KV cache may take (None: limits.default_budget())
@@ -122,13 +128,21 @@ class Session:
         # state back only as far as they keep snapshots: one per position a verify may
         # reject, i.e. the longest draft any requested method can make.
         self.n_rs_seq = min(options.spec.longest_draft(), N_BATCH - 1) if self.model.recurrent else 0
-        self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=N_BATCH, n_ubatch=options.n_ubatch,
+        self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=N_BATCH, n_ubatch=self._micro_batch(),
                            n_threads=self.threads, n_threads_batch=self.threads_batch,
                            n_rs_seq=self.n_rs_seq, type_k=options.cache_type_k,
                            type_v=options.cache_type_v)
         self.kv = KvHistory(self.ctx)
         self.target = Target(self.name, self.model, self.ctx, self.threads, self.threads_batch, options.ngl,
                              options.cache_type_k, options.cache_type_v)
+
+    def _micro_batch(self):
+        """LoadOptions.n_ubatch as the context takes it (see LoadOptions)."""
+        options = self.options
+        if options.n_ubatch:
+            return options.n_ubatch
+        kv = cache_types.parse(options.cache_type_k), cache_types.parse(options.cache_type_v)
+        return N_BATCH if cache_types.shape_free(*kv) else EXACT_F16_UBATCH
 
     def _build_drafters(self):
         """The speculative drafters, right after the context and before anything is

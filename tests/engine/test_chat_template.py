@@ -117,7 +117,7 @@ def ours(session, body):
 
 def server_messages(messages):
     """Messages as our server hands them to the template (null content -> "")."""
-    from geniex.server.answering import chat_messages
+    from geniex.server.conversation import chat_messages
 
     class Target:
         type, name = "llm", "test"

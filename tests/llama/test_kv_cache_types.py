@@ -161,15 +161,23 @@ def test_thread_counts_can_change_between_decodes(demo):
     ctx.close()
 
 
+def _long_prompt(model, n):
+    text = "Every token the library writes is read back before the next one is chosen. " * (n // 8)
+    tokens = model.vocab.tokenize(text, add_special=True)[:n]
+    assert len(tokens) == n
+    return tokens
+
+
 def test_a_prompt_decoded_in_chunks_holds_the_bits_of_one_call(demo):
     """A prompt is decoded in calls of PROMPT_CHUNK rows (a cancelled prompt stops within
-    one): the cache then holds the bits one call of the whole prompt writes (llama_decode
-    cuts both into the same micro-batches), so the next row's logits are equal."""
-    prompt = _prompt(demo)[:PROMPT_CHUNK + 40]
+    one): the cache then holds the bits one call of the whole prompt writes, so the
+    next row's logits are equal."""
+    prompt = _long_prompt(demo, PROMPT_CHUNK + 40)
     out, chunks = [], []
     for whole in (True, False):
-        ctx = Context(demo, n_ctx=512, n_threads=2, n_threads_batch=2, type_k="q8_0", type_v="q8_0")
-        batch = Batch(512)
+        ctx = Context(demo, n_ctx=1024, n_batch=1024, n_ubatch=512, n_threads=2, n_threads_batch=2,
+                      type_k="q8_0", type_v="q8_0")
+        batch = Batch(1024)
         if whole:
             ctx.decode(batch.fill(prompt, 0))
         else:
@@ -179,3 +187,47 @@ def test_a_prompt_decoded_in_chunks_holds_the_bits_of_one_call(demo):
         ctx.close()
     assert chunks == [PROMPT_CHUNK, len(prompt)]
     assert np.array_equal(*out)
+
+
+def _cut_and_rows(model, kv_type, cut, rows=100, n=600):
+    """Decode an ``n``-token prompt in calls of ``cut`` rows (512-row micro-batches), then
+    ``rows`` tokens: one at a time, and as one batch. Returns the logits of the token
+    after the prompt and how many batch rows equal their one-row decode."""
+    tokens = _long_prompt(model, n + rows)
+    ctx = Context(model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=2, n_threads_batch=2,
+                  type_k=kv_type, type_v=kv_type)
+    batch = Batch(512)
+    for start in range(0, n, cut):
+        ctx.decode(batch.fill(tokens[start:min(start + cut, n)], start))
+    one = []
+    for i in range(rows):
+        ctx.decode(batch.fill(tokens[n + i:n + i + 1], n + i))
+        one.append(np.array(ctx.logits(0)))
+    ctx.trim(n)
+    ctx.decode(batch.fill(tokens[n:n + rows], n, all_logits=True))
+    equal = sum(np.array_equal(np.array(ctx.logits(i)), one[i]) for i in range(rows))
+    ctx.close()
+    return one[0], equal
+
+
+def test_a_q8_0_cache_holds_the_same_bits_however_a_prompt_is_cut_and_a_row_is_batched(demo):
+    """What lets a prompt decode in 512-row micro-batches (llama.cpp's pace) with answers
+    that do not depend on what the cache held before: with a quantized cache, a prompt
+    cut in 37-, 100- or 512-row calls leaves the same bits, and every row of a 100-row
+    batch (past the 64 rows where an F16 cache changes kernels) equals its one-row decode."""
+    q8 = cache_types.TYPES["q8_0"]
+    assert cache_types.shape_free(q8, q8)
+    first, equal = _cut_and_rows(demo, "q8_0", 512)
+    assert equal == 100
+    for cut in (37, 100):
+        other, _ = _cut_and_rows(demo, "q8_0", cut, rows=1)
+        assert np.array_equal(first, other), cut
+
+
+def test_an_f16_cache_changes_kernels_by_batch_shape(demo):
+    # Why an F16 cache keeps 32-row micro-batches: from 64 rows its rows take a tiled
+    # kernel that a one-row decode never matches.
+    f16 = cache_types.TYPES["f16"]
+    assert not cache_types.shape_free(f16, f16)
+    _, equal = _cut_and_rows(demo, "f16", 512, rows=70)
+    assert equal < 70

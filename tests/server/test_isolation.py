@@ -329,7 +329,7 @@ def test_a_long_array_is_refused_before_the_schema_check(server):
 
 # -- shutdown ----------------------------------------------------------------------------
 def test_sigterm_during_a_long_prompt_cancels_it_between_chunks_and_the_client_gets_an_answer(tmp_path):
-    # A prompt of eleven 128-row chunks (geniex.llama.kv.PROMPT_CHUNK):
+    # A prompt of several chunks (geniex.llama.kv.PROMPT_CHUNK rows each):
     # the signal lands once the request holds the model, while a chunk is decoded or
     # before the first, and the prompt stops before the next chunk; the client gets
     # the 503 that says how far it got. (An answer that ran past its prompt would be a

@@ -9,7 +9,6 @@ proposes, and acceptance is exactly what the real target would give the same dra
 """
 import numpy as np
 
-from geniex.engine.session import LoadOptions
 from geniex.llama.kv import KvHistory
 from geniex.llama.objects import Batch
 
@@ -22,7 +21,7 @@ class ReplayContext:
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
         self.n_batch = n_batch
-        self.n_ubatch = min(LoadOptions.n_ubatch, n_batch)     # the target context's default micro-batch
+        self.n_ubatch = n_batch         # the target context's default micro-batch (q8_0 cache: the whole batch)
         self.rows = []               # positions of the last decoded batch
         self.decodes = []            # rows per decode, for tests and benchmarks
         self.kv_end = 0              # positions 0..kv_end-1 are "in the cache"
