@@ -44,6 +44,10 @@ def register(sub):
                    help="default compute: cpu, gpu, npu or devices like HTP0,HTP1 (default: best available)")
     p.add_argument("-ctk", "--cache-type-k", default="q8_0", help="default KV cache type for K (default q8_0)")
     p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
+    p.add_argument("--cache-ram", type=int, default=8192, metavar="MiB",
+                   help="host memory for conversations that left the context, so a client that comes back "
+                        "(an agent after another spoke) pays only for its new tokens; least recently used "
+                        "out (default 8192, as llama-server; 0 = keep none)")
     p.add_argument("--fixed-load", action="store_true",
                    help="fix the load settings (--nctx, --ngl, --compute, cache types and the speculative "
                         "flags) as llama-server's are: a request asking for others is a 400 naming the field, "
@@ -132,7 +136,8 @@ def run(args):
                                             reasoning_budget=_reasoning_budget(args.reasoning_budget),
                                             reasoning_budget_message=args.reasoning_budget_message,
                                             grammar_dir=_grammar_dir(args.grammar_dir),
-                                            spec=spec_options.from_args(args), fixed_load=args.fixed_load),
+                                            spec=spec_options.from_args(args), fixed_load=args.fixed_load,
+                                            cache_ram=_cache_ram(args.cache_ram)),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
                           allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),
@@ -141,6 +146,13 @@ def run(args):
                           model=_default_model(args.model, args.data_dir),
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
+
+
+def _cache_ram(mib):
+    """``--cache-ram`` in bytes, checked before listening."""
+    if mib < 0:
+        raise UsageError(f"--cache-ram {mib}: expected MiB >= 0 (0 = keep no conversation)")
+    return mib << 20
 
 
 def _reasoning_budget(value):

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from geniex import config
 from geniex.config import physical_cores
 from geniex.engine import limits, loop
+from geniex.engine.prompt_cache import MIN_TOKENS, PromptCache
 from geniex.engine.stats import Stats
 from geniex.errors import GenieXError, UsageError
 from geniex.llama import cache_types
 from geniex.llama import devices as devmod
 from geniex.llama import library
-from geniex.llama.kv import KvHistory
+from geniex.llama.kv import KvHistory, common_prefix
 from geniex.llama.objects import Batch, Context, Model
 from geniex.llama.threads import ThreadGovernor
 from geniex.speculative import build, policy
@@ -57,6 +58,7 @@ class LoadOptions:
     adaptive_threads: bool = True    # drop to one thread while a neighbour stalls decodes
     data_dir: object = None          # where measured verify costs are cached (None: the default)
     memory_budget: int | None = None  # bytes the KV cache may take (None: limits.default_budget())
+    cache_ram: int = 0               # bytes of conversations kept in host memory (serve --cache-ram)
     spec: SpecOptions = field(default_factory=SpecOptions)
 
 
@@ -67,7 +69,7 @@ LOAD_FIELDS = ("nctx", "ngl", "compute", "threads", "cache_type_k", "cache_type_
 REQUEST_LOAD_FIELDS = tuple(f for f in LOAD_FIELDS if f != "threads")
 
 
-def load_options(*layers, spec=None, data_dir=None, memory_budget=None):
+def load_options(*layers, spec=None, data_dir=None, memory_budget=None, cache_ram=0):
     """The one place LoadOptions are built from a caller's values: each layer (a
     mapping, e.g. ``vars(args)``, a request body, or the server's defaults) sets the
     :data:`LOAD_FIELDS` it names with a value other than None, later layers over
@@ -79,7 +81,8 @@ def load_options(*layers, spec=None, data_dir=None, memory_budget=None):
     for name in ("cache_type_k", "cache_type_v"):
         if name in values:
             values[name] = values[name].lower()
-    return LoadOptions(**values, data_dir=data_dir, memory_budget=memory_budget, spec=spec or SpecOptions())
+    return LoadOptions(**values, data_dir=data_dir, memory_budget=memory_budget, cache_ram=cache_ram,
+                       spec=spec or SpecOptions())
 
 
 class Session:
@@ -133,6 +136,10 @@ class Session:
                            n_rs_seq=self.n_rs_seq, type_k=options.cache_type_k,
                            type_v=options.cache_type_v)
         self.kv = KvHistory(self.ctx)
+        self.kv_owner = None             # whose conversation the KV cache holds (a server's API key)
+        self.prompt_cache = PromptCache(options.cache_ram)
+        # Whether a cached prefix is what a fresh prefill would write (a quantized cache).
+        self.reuse_exact = cache_types.shape_free(self.ctx.type_k, self.ctx.type_v)
         self.target = Target(self.name, self.model, self.ctx, self.threads, self.threads_batch, options.ngl,
                              options.cache_type_k, options.cache_type_v)
 
@@ -214,6 +221,24 @@ class Session:
         self.kv.reset()
         if drafts and self.drafter is not None:
             self.drafter.forget()
+
+    def adopt(self, tokens, owner=None, reuse=None):
+        """Make the KV cache ready for a prompt of ``tokens`` asked by ``owner``: keep its
+        cached prefix when the owner's conversation is there (``reuse`` True, or None
+        where the cache type makes that exact), or put back the owner's saved
+        conversation sharing a longer prefix (:mod:`geniex.engine.prompt_cache`), else
+        start clean. A conversation the prompt would cut short is saved for its owner."""
+        reuse = self.reuse_exact if reuse is None else reuse
+        same = owner == self.kv_owner
+        held = common_prefix(self.kv.tokens, tokens) if same and reuse else 0
+        key, shared = self.prompt_cache.best(tokens, owner) if reuse else (None, 0)
+        if len(self.kv.tokens) - held >= MIN_TOKENS or (key is not None and shared > held):
+            self.prompt_cache.save(self.ctx, self.kv.tokens, self.kv_owner)
+        if key is not None and shared > held:
+            self.kv.tokens = self.prompt_cache.restore(self.ctx, key) or []
+        elif not (same and reuse):
+            self.kv.reset()
+        self.kv_owner = owner
 
     # -- answering ---------------------------------------------------------------
     def tokenize_prompt(self, text):

@@ -49,7 +49,11 @@ class ChatTask:
     options: GenOptions = field(default_factory=GenOptions)
     tools: list | None = None            # OpenAI tool definitions, for templates that render them
     template_kwargs: dict | None = None  # more template variables (chat_template_kwargs)
-    keep_cache: bool = False             # reuse the KV cache of the previous answer's prefix
+    # Reuse the cached prefix of the prompt (the context's, or a saved conversation's):
+    # None = where it cannot change the answer (a quantized KV cache), as llama.cpp's
+    # cache_prompt; True/False = always/never.
+    keep_cache: bool | None = None
+    owner: object = None                 # whose cached conversations it may reuse (an API key's index)
     continue_final: bool = False
     add_generation_prompt: bool = True   # end the prompt where the assistant's answer starts
     streaming: Streaming = field(default_factory=Streaming)
@@ -71,7 +75,8 @@ class CompletionTask:
 
     prompt: str | list                   # text, or token ids
     options: GenOptions = field(default_factory=GenOptions)
-    keep_cache: bool = False
+    keep_cache: bool | None = None       # as ChatTask's
+    owner: object = None
     streaming: Streaming = field(default_factory=lambda: Streaming(speculative=False))
 
 
@@ -86,7 +91,8 @@ class InfillTask:
     prompt: str = ""
     extra: list = field(default_factory=list)
     options: GenOptions = field(default_factory=GenOptions)
-    keep_cache: bool = False
+    keep_cache: bool | None = None       # as ChatTask's
+    owner: object = None
     streaming: Streaming = field(default_factory=Streaming)
 
 
@@ -214,6 +220,7 @@ class Done:
 
     stats: Stats = field(default_factory=Stats)
     logit_bias: tuple = ()
+    prompt_cache: dict | None = None     # the session's saved conversations (entries, bytes, restored), if any
 
 
 def run(session, task, cancel=None):
@@ -324,8 +331,7 @@ def _infill(session, task, cancel):
 
 def _decode(session, task, tokens, cancel):
     """The loop over ``tokens`` for a decoding task: Progress, Piece and Done events."""
-    if not task.keep_cache:
-        session.reset()
+    session.adopt(tokens, task.owner, task.keep_cache)
     options = _sampling_for(task.options, session)
     streaming = task.streaming
     t0 = time.perf_counter()
@@ -352,7 +358,8 @@ def _decode(session, task, tokens, cancel):
             logprobs = _token_texts(session.vocab, step.logprobs) if step.logprobs is not None else None
             yield Piece(step.text, step.committed, timings, logprobs=logprobs)
     yield from reports
-    yield Done(generation.stats, options.sampling.logit_bias if options.sampling is not None else ())
+    yield Done(generation.stats, options.sampling.logit_bias if options.sampling is not None else (),
+               session.prompt_cache.status())
 
 
 def _sampling_for(options, session):

@@ -232,6 +232,11 @@ FUNCTIONS = {
     "llama_memory_clear": (None, [c_void_p, c_bool]),
     # remove positions [p0, p1) of a sequence (p1 < 0 = to the end)
     "llama_memory_seq_rm": (c_bool, [c_void_p, llama_seq_id, llama_pos, llama_pos]),
+    # one sequence's state (its KV cells, recurrent state): bytes needed, copy out, copy in
+    # (returns the bytes read; 0 when the state does not fit this context)
+    "llama_state_seq_get_size": (c_size_t, [c_void_p, llama_seq_id]),
+    "llama_state_seq_get_data": (c_size_t, [c_void_p, POINTER(c_uint8), c_size_t, llama_seq_id]),
+    "llama_state_seq_set_data": (c_size_t, [c_void_p, POINTER(c_uint8), c_size_t, llama_seq_id]),
 }
 
 # Functions a library may lack (a Snapdragon build of another version, a trimmed build):

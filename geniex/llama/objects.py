@@ -335,6 +335,24 @@ class Context:
         """Empty the KV cache."""
         self._lib.llama_memory_clear(self.mem, True)
 
+    def save_state(self):
+        """Sequence 0's state (its KV cells, a recurrent state) as bytes, to be put back
+        by :meth:`load_state` (llama_state_seq_get_data)."""
+        size = self._lib.llama_state_seq_get_size(self.ptr, 0)
+        buf = (ctypes.c_uint8 * size)()
+        written = self._lib.llama_state_seq_get_data(self.ptr, buf, size, 0)
+        return bytes(memoryview(buf)[:written])
+
+    def load_state(self, data):
+        """Put back a state :meth:`save_state` gave (the cache is cleared first); False
+        when the library refused it (the cache is then empty)."""
+        self.clear()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if self._lib.llama_state_seq_set_data(self.ptr, buf, len(data), 0) == len(data):
+            return True
+        self.clear()
+        return False
+
     # -- hidden states for MTP/NextN drafting (llama.cpp's private staging API) -------
     def require_nextn(self):
         """LibraryError unless the library exports the hidden-state staging API."""

@@ -48,6 +48,8 @@ class Answer:
             if isinstance(event, tasks.Done):
                 self.stats = event.stats
                 self.logit_bias = event.logit_bias
+                if self._metrics is not None and event.prompt_cache is not None:
+                    self._metrics.prompt_cache = event.prompt_cache
             elif isinstance(event, tasks.Progress):
                 yield event
             elif event.text or event.tokens or getattr(event, "reasoning", "") or getattr(event, "calls", None):

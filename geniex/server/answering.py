@@ -30,10 +30,12 @@ COMPLETION_MAX_TOKENS = 16      # /v1/completions max_tokens default (OpenAI)
 class Caller:
     """What a route knows about who asks (:func:`geniex.server.exchange.caller`)."""
 
-    keep_cache: bool = False                   # GenieX-KeepCache: reuse the previous answer's KV cache
+    # GenieX-KeepCache: True/False reuse the cached prompt always/never; None: as the
+    # engine decides (where it cannot change the answer), llama.cpp's cache_prompt default
+    keep_cache: bool | None = None
     cancel: Callable | None = None             # true once the client left or the server stops
-    # Whose KV cache contents this request may reuse: the API key it was let in with
-    # (None without keys), so that one key's cache never answers another's.
+    # Whose cached conversations this request may reuse: the API key it was let in with
+    # (None without keys), so that one key's cache never answers (or times) another's.
     owner: object = None
     on_wait: Callable | None = None            # hears the seconds the request waited for the model
 
@@ -63,8 +65,7 @@ class Answerer:
             self._take(place, caller).release()
             return None
         conv = conversation.read(body, place.target, bool(place.spec.types), self.defaults)
-        task = conv.chat_task(gen_options(body, self.defaults, place.nctx, CHAT_MAX_TOKENS), False,
-                              streaming(body, True))
+        task = conv.chat_task(gen_options(body, self.defaults, place.nctx, CHAT_MAX_TOKENS), streaming(body, True))
         return self._answer(place, task, body, caller, conv.warnings, "messages")
 
     def complete(self, body, caller, default_max=COMPLETION_MAX_TOKENS):
@@ -140,12 +141,13 @@ class Answerer:
         return lease
 
     def _answer(self, place, task, body, caller, warnings, field):
-        """``task`` answered under a turn on ``place``'s model; the KV cache of the
-        previous answer is kept (``cache_prompt``, GenieX-KeepCache) only for the caller
-        that made it."""
+        """``task`` answered under a turn on ``place``'s model, reusing the cached prompt
+        as ``cache_prompt`` (or else GenieX-KeepCache) says, and only the caller's own."""
         lease = self._take(place, caller)
-        keep = caller.keep_cache or body.get("cache_prompt") is True
-        task = dataclasses.replace(task, keep_cache=lease.claim_kv(caller.owner) and keep)
+        keep = body.get("cache_prompt")
+        if keep is not None and not isinstance(keep, bool):
+            raise ApiError(400, "cache_prompt: expected a boolean", param="cache_prompt", code="invalid_value")
+        task = dataclasses.replace(task, keep_cache=caller.keep_cache if keep is None else keep, owner=caller.owner)
         return answers.start(lease, task, caller.cancel, self.timeout(lease), place.target.name,
                              place.warnings + warnings, self.metrics, field)
 

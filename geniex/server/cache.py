@@ -17,7 +17,6 @@ from geniex.server.validation import ApiError
 
 log = logging.getLogger("geniex.server")
 
-_NOBODY = object()  # the owner of an empty KV cache: nobody's request may count on its contents
 RETRY_AFTER = 2     # seconds a client told "busy" should wait before trying again
 POLL = 0.25         # seconds between checks that a waiting request's client is still there
 
@@ -122,14 +121,6 @@ class Lease:
             return self.session.run(task, cancel)
         return self.session.run(task, cancel, timeout=timeout)
 
-    def claim_kv(self, owner):
-        """Make ``owner`` (an API key's index, None without keys) the owner of the KV
-        cache's contents from now on; whether it owned them already, i.e. may reuse
-        them (a prompt cached for one key never answers another's)."""
-        mine = self._cache._kv_owner == owner
-        self._cache._kv_owner = owner
-        return mine
-
     def release(self):
         if not self.released:
             self.released = True
@@ -160,7 +151,6 @@ class ModelCache:
         self._last_used = time.monotonic()
         self.loads = 0                          # models loaded since the start (/health)
         self.reloads = 0                        # of which replaced a resident model (/metrics)
-        self._kv_owner = _NOBODY                # who the KV cache's contents belong to (Lease.claim_kv)
         self._wake = threading.Event()
         self._closed = False
         # The keepalive thread starts with the first model load, so that making an app
@@ -197,7 +187,6 @@ class ModelCache:
             if not key.satisfied_by(self._key):
                 previous = self._hand_over("another model or load setting was requested")
                 self.reloads += previous is not None
-                self._kv_owner = _NOBODY
                 log.info("loading %s", key.model)
                 self._session = load(previous)
                 if self._reaper is None:
@@ -294,7 +283,6 @@ class ModelCache:
         if self._session is not None:
             log.info("freeing %s (%s)", self._session.name, why)
             session, self._session, self._key = self._session, None, None
-            self._kv_owner = _NOBODY
             session.close()
 
     def _deadline(self):

@@ -38,10 +38,10 @@ class Conversation:
     reasoning_budget: int = -1
     reasoning_budget_message: str = ""
 
-    def chat_task(self, options, keep_cache, streaming):
+    def chat_task(self, options, streaming):
         """The task that answers the conversation."""
         return tasks.ChatTask(self.messages, options, tools=self.tools, template_kwargs=self.template_kwargs,
-                              keep_cache=keep_cache, continue_final=self.continue_final,
+                              continue_final=self.continue_final,
                               add_generation_prompt=self.add_generation_prompt, streaming=streaming,
                               tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
                               reasoning_format=self.reasoning_format, reasoning_budget=self.reasoning_budget,

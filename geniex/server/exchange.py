@@ -25,8 +25,10 @@ def read_body():
 
 
 def keep_cache():
-    """``GenieX-KeepCache: true`` keeps the KV cache from the previous request."""
-    return request.headers.get(KEEP_CACHE_HEADER, "").strip().lower() in ("true", "1", "yes")
+    """``GenieX-KeepCache``: true (reuse the cached prompt), false (start clean), or None
+    when absent (reuse where it cannot change the answer)."""
+    value = request.headers.get(KEEP_CACHE_HEADER, "").strip().lower()
+    return True if value in ("true", "1", "yes") else False if value in ("false", "0", "no") else None
 
 
 def cancel():

@@ -48,6 +48,7 @@ class Metrics:
         self.queue_max = 0.0
         self.timeouts = 0                  # answers cut by the request timeout
         self.crashes = 0                   # worker processes that died under a request
+        self.prompt_cache = None           # the resident model's saved conversations, as its last answer saw them
 
     def record(self, stats):
         """Count one finished answer."""
@@ -163,6 +164,15 @@ class Metrics:
                                   value=self.timeouts)
         yield CounterMetricFamily("geniex:worker_crashes", "Worker processes that died under a request.",
                                   value=self.crashes)
+        cached = self.prompt_cache or {}
+        yield GaugeMetricFamily("geniex:prompt_cache_entries", "Conversations kept in host memory (--cache-ram).",
+                                value=cached.get("entries", 0))
+        yield GaugeMetricFamily("geniex:prompt_cache_bytes", "Host memory the kept conversations take.",
+                                value=cached.get("bytes", 0))
+        yield GaugeMetricFamily("geniex:prompt_cache_capacity_bytes", "The bound on it (--cache-ram).",
+                                value=cached.get("capacity", 0))
+        yield CounterMetricFamily("geniex:prompt_cache_restored", "Conversations put back from host memory "
+                                  "into the context (since the model was loaded).", value=cached.get("restored", 0))
         if self.cache is not None:
             yield CounterMetricFamily("geniex:model_loads", "Models loaded since the server started.",
                                       value=self.cache.loads)

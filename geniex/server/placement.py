@@ -26,6 +26,7 @@ NEVER_DOWNLOADS = "(the server never downloads models)"
 STORE_ONLY = ("this server loads models from its store only: name one like org/repo[:precision] "
               "(see GET /v1/models); start it with `geniex serve --allow-paths` to load GGUF files by path")
 FIXED = "this server's load settings are fixed (geniex serve --fixed-load)"
+DEFAULT_CACHE_RAM = 8192 << 20      # --cache-ram's default, llama-server's (8 GiB)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Defaults:
     # The speculative setup of a request that sets no spec_* field (serve's --spec-* flags).
     spec: spec_options.SpecOptions = field(default_factory=spec_options.SpecOptions)
     fixed_load: bool = False         # requests may not change the load settings (--fixed-load)
+    cache_ram: int = DEFAULT_CACHE_RAM   # bytes of conversations kept in host memory (--cache-ram; 0: none)
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
     reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
     reasoning_budget: int = -1       # thinking_budget_tokens when a request sets none (--reasoning-budget)
@@ -90,7 +92,8 @@ class Placer:
         # that does not draft cannot make the next one reload.
         load_spec = self.spec({}) if spec is None and self.defaults.fixed_load else spec
         options = load_options(vars(self.defaults), {f: body.get(f) for f in REQUEST_LOAD_FIELDS}, {"nctx": nctx},
-                               spec=load_spec, data_dir=self.store.root, memory_budget=self.memory_budget)
+                               spec=load_spec, data_dir=self.store.root, memory_budget=self.memory_budget,
+                               cache_ram=self.defaults.cache_ram)
         try:
             # Devices are compared as resolved, so "cpu" and an unset compute on a
             # CPU-only library share the loaded model.

@@ -76,17 +76,18 @@ def test_an_answer_that_ends_gives_each_apis_end_of_turn(server):
 
 def test_one_keys_cached_prompt_never_answers_another(server):
     body = chat_body("Write one sentence about the sea.", max_tokens=4)
-    post(server, "/v1/chat/completions", body, {**A, **KEEP})
+    first = post(server, "/v1/chat/completions", body, {**A, **KEEP})["usage"]["prompt_tokens"]
     again = {**body, "messages": body["messages"] + [{"role": "assistant", "content": "Waves."},
                                                      {"role": "user", "content": "And the sky?"}]}
     # Key B asks for the kept cache right after key A's answer: it gets none of it.
     other = post(server, "/v1/chat/completions", again, {**B, **KEEP})
     assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    # B's own next turn reuses B's prompt; then A's (after B's answer) reuses nothing.
+    # B's own next turn reuses B's prompt; then A's (after B's answer) reuses at most
+    # its own first prompt (kept for it in host memory), none of B's longer one.
     assert post(server, "/v1/chat/completions", again, {**B, **KEEP})["usage"]["prompt_tokens_details"][
-        "cached_tokens"] > 0
+        "cached_tokens"] > first
     assert post(server, "/v1/chat/completions", again, {**A, **KEEP})["usage"]["prompt_tokens_details"][
-        "cached_tokens"] == 0
+        "cached_tokens"] <= first
     assert post(server, "/v1/chat/completions", again, {**A, **KEEP})["usage"]["prompt_tokens_details"][
         "cached_tokens"] > 0
 

@@ -108,9 +108,15 @@ def test_keep_cache_header_reuses_the_conversation(server):
     kept = server.chat(follow, headers={"GenieX-KeepCache": "true"}).json()["usage"]
     assert kept["prompt_tokens_details"]["cached_tokens"] > 10
     assert kept["timings"]["cache_n"] + kept["timings"]["prompt_n"] == kept["prompt_tokens"]
-    fresh = server.chat(follow).json()["usage"]             # no header: starts clean
+    fresh = server.chat(follow, headers={"GenieX-KeepCache": "false"}).json()["usage"]     # starts clean
     assert fresh["prompt_tokens_details"]["cached_tokens"] == 0
     assert fresh["timings"]["prompt_n"] == fresh["prompt_tokens"]
+    # Without the header the cached prefix is reused (as llama.cpp's cache_prompt), since
+    # with the default q8_0 cache that cannot change the answer; cache_prompt false opts out.
+    default = server.chat(follow).json()["usage"]
+    assert default["prompt_tokens_details"]["cached_tokens"] > 10
+    assert server.chat({**follow, "cache_prompt": False}).json()["usage"]["prompt_tokens_details"][
+        "cached_tokens"] == 0
 
 
 def test_queued_requests_are_all_answered_one_at_a_time(server):

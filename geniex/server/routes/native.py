@@ -197,7 +197,7 @@ def slots():
     status = a.cache.status()
     return jsonify([{"id": 0, "id_task": -1, "n_ctx": a.cache.resident_nctx() or a.defaults.nctx,
                      "speculative": status["speculative"], "is_processing": a.cache.busy,
-                     "model": status["model"],
+                     "model": status["model"], "prompt_cache": a.metrics.prompt_cache,
                      "next_token": [{"has_next_token": False, "has_new_line": False, "n_remain": -1,
                                      "n_decoded": 0}]}])
 
