@@ -107,7 +107,7 @@ def _keepalive(value):
 def run(args):
     """Serve until Ctrl-C / SIGTERM."""
     # Imported here: Flask and waitress are only needed when serving.
-    from geniex.server.answering import Defaults
+    from geniex.server.placement import Defaults
     from geniex.server.app import ServerConfig
     from geniex.server.serving import serve
     from geniex.engine.limits import parse_size

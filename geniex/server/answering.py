@@ -18,7 +18,7 @@ from geniex.errors import ContextLengthExceeded, UsageError
 from geniex.server import answer as answers, conversation
 from geniex.server.answer import request_error
 from geniex.server.generation import gen_options, streaming
-from geniex.server.placement import Defaults, Placer  # noqa: F401 - Defaults: serve's flags, imported from here
+from geniex.server.placement import Defaults, Placer
 from geniex.server.validation import ApiError
 from geniex.server.worker import WorkerSession
 

@@ -17,7 +17,8 @@ from werkzeug.routing import PathConverter
 from geniex import config as geniex_config
 from geniex.llama import libc
 from geniex.server import guard, validation
-from geniex.server.answering import Answerer, Defaults
+from geniex.server.answering import Answerer
+from geniex.server.placement import Defaults
 from geniex.server.cache import ModelCache
 from geniex.server.metrics import Metrics
 from geniex.server.routes import chat, docs, embeddings, logits, messages, models, native, responses, spec

@@ -38,7 +38,7 @@ def grammar_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, demo_model, grammar_dir):
-    from geniex.server.answering import Defaults
+    from geniex.server.placement import Defaults
     data = tmp_path_factory.mktemp("structured")
     variant = demo_with_pooling_and_fim(demo_model, tmp_path_factory.mktemp("variant") / "demo-embed-fim.Q4_1.gguf")
     Store(data).pull(VARIANT, local_path=variant, out=io.StringIO(), interactive=False)

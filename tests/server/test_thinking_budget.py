@@ -10,7 +10,7 @@ what the model writes after those tokens (``/completion`` on the token ids).
 """
 import pytest
 
-from geniex.server.answering import Defaults
+from geniex.server.placement import Defaults
 from serverproc import AppServer, check_shape, ok
 
 # The SDKs are imported in the tests that use them: importing them takes seconds,

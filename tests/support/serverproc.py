@@ -79,7 +79,7 @@ class AppServer(Http):
     default context through ``defaults``)."""
 
     def __init__(self, data_dir, store=None, nctx=None, **fields):
-        from geniex.server.answering import Defaults
+        from geniex.server.placement import Defaults
         from geniex.server.app import ServerConfig, create_app
         from geniex.server.serving import addresses_of, make_server
         seed_calibration(data_dir)
