@@ -119,23 +119,42 @@ def exit_text(returncode):
 
 
 # -- the parent side -----------------------------------------------------------------------
+# The worker's first lines: import the ``geniex`` package from the folder given as the
+# argument, and only that package, then run the worker. Its sys.path stays the
+# interpreter's own (the standard library first), as the server's is.
+_LAUNCH = """\
+import importlib.machinery, importlib.util, sys
+spec = importlib.machinery.PathFinder.find_spec("geniex", [sys.argv[1]])
+module = sys.modules["geniex"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from geniex.server.worker import main
+main()
+"""
+
+
+def worker_command():
+    """The command that starts a worker: the server's interpreter, importing the same
+    geniex as the server (a source checkout included), from the folder the server found
+    it in. That folder is not put on the worker's PYTHONPATH: installed, it is
+    site-packages, and PYTHONPATH goes ahead of the standard library, so a module there
+    named like a standard one (an old backport: ``enum``, ``typing``) replaced it."""
+    return [sys.executable, "-c", _LAUNCH, str(Path(__file__).resolve().parents[2])]
+
+
 class _Process:
     """A worker process and a thread reading its replies into a queue; ``("died",
     returncode)`` is queued when its output ends."""
 
     def __init__(self):
         env = dict(os.environ)
-        # The worker imports the same geniex as the server (a source checkout included).
-        here = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
         kwargs = {}
         if os.name == "posix":
             kwargs["start_new_session"] = True      # Ctrl-C in a terminal goes to the server only
         else:
             kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-        self.proc = subprocess.Popen([sys.executable, "-m", "geniex.server.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, **kwargs)
+        self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                     **kwargs)
         self.pid = self.proc.pid
         self.stopped = False        # killed because the server is stopping
         self.replies = queue.Queue()
