@@ -9,6 +9,31 @@ thread; this module bounds what a connection may hold on to: how many are open
 send its request (:data:`READ_TIMEOUT`), and what happens when a client stops reading
 its answers (:class:`_Channel`: no worker thread waits for it; it is closed after
 :data:`SEND_STALL` seconds without progress).
+
+Waitress has no public way to do most of this: beyond its documented API
+(``create_server`` and its settings, ``run``, ``close``, ``effective_host``/``_port``/
+``_listen`` and ``environ["waitress.client_disconnected"]``) this module overrides or
+reaches, and setup.cfg therefore pins waitress to the releases it was written against
+(tests/server/test_waitress_overrides.py checks each by what it does):
+
+- ``HTTPChannel``, subclassed and set as each listener's ``channel_class``, with
+  ``error_task_class`` (an ``ErrorTask`` whose ``execute`` writes the error): its own
+  error pages are plain text;
+- ``HTTPChannel.received`` (when a request started to arrive) and each listener's
+  ``maintenance(now)``, replaced, over ``active_channels`` and each channel's
+  ``last_activity``, ``requests``, ``will_close``: waitress bounds idleness only
+  (``channel_timeout``), not the time a request takes to arrive;
+- ``HTTPChannel.service``, ``write_soon`` and ``_flush_outbufs_below_high_watermark``
+  (with ``outbuf_lock``, ``total_outbufs_len``, ``_flush_exception``, ``_flush_some``,
+  ``server.add_task``): waitress waits for a client that does not read, in a worker
+  thread and without a bound;
+- a reset from the event loop (``server.trigger.pull_trigger(thunk)``,
+  ``handle_close``, ``socket``, ``_map``, ``_fileno``, ``requests_lock``): waitress
+  closes a connection only once its socket can take more bytes;
+- a stop (:class:`_Stopper`, :func:`close_all`): the loop's map (``server.map`` or
+  ``_map``) and trigger, listeners' ``accepting`` and ``del_channel``, and the
+  ``task_dispatcher``'s ``active_count``, ``queue`` and ``shutdown``: waitress has no
+  graceful stop.
 """
 import json
 import logging
@@ -156,9 +181,12 @@ class _Channel(HTTPChannel):
                 if self.total_outbufs_len < last:
                     last, since = self.total_outbufs_len, time.monotonic()
                 elif time.monotonic() - since > SEND_STALL:
+                    # Waitress catches this in its service() and only marks the
+                    # connection to close once flushed, which a client that does not
+                    # read never lets happen: it is reset from the loop instead. (Not
+                    # _drop: its requests lock is taken before this one elsewhere.)
                     log.info("closing a connection from %s: it read nothing for %.0f s", self.addr, SEND_STALL)
-                    self.will_close = True
-                    self.server.pull_trigger()
+                    self._reset_soon()
                     raise ClientDisconnected
 
     def _drop(self):
@@ -173,6 +201,9 @@ class _Channel(HTTPChannel):
             for request in self.requests:
                 request.close()
             self.requests = []
+        self._reset_soon()
+
+    def _reset_soon(self):
         self.will_close = True
         try:
             self.server.trigger.pull_trigger(self._close_now)
