@@ -90,6 +90,16 @@ class RequestTimeout(GenieXError):
     ``request_timeout``; one that produced some text ends with ``finish_reason: length``)."""
 
 
+class LoadTimeout(GenieXError):
+    """A model load did not end within its bound (``geniex serve --load-timeout``): its
+    worker process was killed (the server's 504 ``load_timeout``)."""
+
+
+class LoadCancelled(GenieXError):
+    """A request was cancelled (its client went away, the server is stopping) while its
+    model loaded (the server's 503 ``request_cancelled``)."""
+
+
 class ServerStopping(GenieXError):
     """The server stopped an answer that did not end in time after a stop signal (its
     503 ``shutting_down``)."""

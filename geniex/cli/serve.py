@@ -83,6 +83,10 @@ def register(sub):
                           "length (504 if nothing was produced yet). Default: fits the longest answer the "
                           "model's context allows, measured at load (at least 60 s); 0 = no limit "
                           "(docs/isolation.md)")
+    sec.add_argument("--load-timeout", type=float, default=None,
+                     help="seconds a model load may take before its worker is stopped and the request gets a "
+                          "504; default: 60 s plus 40 s per GB of model files (a slow disk's pace, so only a "
+                          "load that hangs runs out); 0 = no limit (docs/isolation.md)")
     sec.add_argument("--memory-budget", default=None,
                      help="KV cache memory a context may take, e.g. 2G (env GENIEX_MEMORY_BUDGET; default "
                           "half the machine's memory); larger nctx gets 400")
@@ -115,6 +119,8 @@ def run(args):
         raise UsageError(f"--nctx must be a positive number of tokens (got {args.nctx})")
     if args.request_timeout is not None and not 0 <= args.request_timeout < 1e9:
         raise UsageError(f"--request-timeout must be a number of seconds >= 0 (got {args.request_timeout:g})")
+    if args.load_timeout is not None and not 0 <= args.load_timeout < 1e9:
+        raise UsageError(f"--load-timeout must be a number of seconds >= 0 (got {args.load_timeout:g})")
     if not 0 <= args.max_queue <= 256:
         raise UsageError(f"--max-queue must be between 0 and 256 (got {args.max_queue})")
     tls = None
@@ -144,7 +150,8 @@ def run(args):
                           max_queue=args.max_queue,
                           memory_budget=parse_size(args.memory_budget) if args.memory_budget else None,
                           model=_default_model(args.model, args.data_dir),
-                          metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout)
+                          metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout,
+                          load_timeout=args.load_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
 
 

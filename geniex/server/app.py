@@ -55,6 +55,7 @@ class ServerConfig:
     metrics: bool = False              # GET /metrics (`--metrics`, off by default as in llama.cpp)
     slots: bool = True                 # GET /slots (`--no-slots` turns it off, as in llama.cpp)
     request_timeout: float | None = None  # seconds a request may hold the model (None: the model's default; 0: none)
+    load_timeout: float | None = None  # seconds a model load may take (None: by its files' size; 0: no bound)
 
 
 def create_app(config=None, store=None):

@@ -9,6 +9,31 @@ thread; this module bounds what a connection may hold on to: how many are open
 send its request (:data:`READ_TIMEOUT`), and what happens when a client stops reading
 its answers (:class:`_Channel`: no worker thread waits for it; it is closed after
 :data:`SEND_STALL` seconds without progress).
+
+Waitress has no public way to do most of this: beyond its documented API
+(``create_server`` and its settings, ``run``, ``close``, ``effective_host``/``_port``/
+``_listen`` and ``environ["waitress.client_disconnected"]``) this module overrides or
+reaches, and setup.cfg therefore pins waitress to the releases it was written against
+(tests/server/test_waitress_overrides.py checks each by what it does):
+
+- ``HTTPChannel``, subclassed and set as each listener's ``channel_class``, with
+  ``error_task_class`` (an ``ErrorTask`` whose ``execute`` writes the error): its own
+  error pages are plain text;
+- ``HTTPChannel.received`` (when a request started to arrive) and each listener's
+  ``maintenance(now)``, replaced, over ``active_channels`` and each channel's
+  ``last_activity``, ``requests``, ``will_close``: waitress bounds idleness only
+  (``channel_timeout``), not the time a request takes to arrive;
+- ``HTTPChannel.service``, ``write_soon`` and ``_flush_outbufs_below_high_watermark``
+  (with ``outbuf_lock``, ``total_outbufs_len``, ``_flush_exception``, ``_flush_some``,
+  ``server.add_task``): waitress waits for a client that does not read, in a worker
+  thread and without a bound;
+- a reset from the event loop (``server.trigger.pull_trigger(thunk)``,
+  ``handle_close``, ``socket``, ``_map``, ``_fileno``, ``requests_lock``): waitress
+  closes a connection only once its socket can take more bytes;
+- a stop (:class:`_Stopper`, :func:`close_all`): the loop's map (``server.map`` or
+  ``_map``) and trigger, listeners' ``accepting`` and ``del_channel``, and the
+  ``task_dispatcher``'s ``active_count``, ``queue`` and ``shutdown``: waitress has no
+  graceful stop.
 """
 import json
 import logging
@@ -156,9 +181,12 @@ class _Channel(HTTPChannel):
                 if self.total_outbufs_len < last:
                     last, since = self.total_outbufs_len, time.monotonic()
                 elif time.monotonic() - since > SEND_STALL:
+                    # Waitress catches this in its service() and only marks the
+                    # connection to close once flushed, which a client that does not
+                    # read never lets happen: it is reset from the loop instead. (Not
+                    # _drop: its requests lock is taken before this one elsewhere.)
                     log.info("closing a connection from %s: it read nothing for %.0f s", self.addr, SEND_STALL)
-                    self.will_close = True
-                    self.server.pull_trigger()
+                    self._reset_soon()
                     raise ClientDisconnected
 
     def _drop(self):
@@ -173,6 +201,9 @@ class _Channel(HTTPChannel):
             for request in self.requests:
                 request.close()
             self.requests = []
+        self._reset_soon()
+
+    def _reset_soon(self):
         self.will_close = True
         try:
             self.server.trigger.pull_trigger(self._close_now)
@@ -248,19 +279,22 @@ def _raise_file_limit(wanted):
     return wanted if soft == resource.RLIM_INFINITY else min(wanted, soft)
 
 
-def make_server(app, host, port, config, also=()):
+def make_server(app, host, port, config, also=(), descriptors=2):
     """A waitress server for ``app`` (not yet running), on ``host:port`` and the
     ``also`` (host, port) pairs. ``channel_request_lookahead`` keeps reading a
     connection while its request runs, which is how waitress notices a client that went
     away (``waitress.client_disconnected``). Waitress's own body limit sits above the
-    app's (``MAX_CONTENT_LENGTH``, which answers a JSON 413)."""
+    app's (``MAX_CONTENT_LENGTH``, which answers a JSON 413). ``descriptors``: the
+    file descriptors one connection may hold (4 behind the TLS front, which holds two
+    of its own), which with the process's limit bounds the connections."""
     where = {"host": host, "port": port}
     if also:
         where = {"listen": " ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in [(host, port), *also])}
     # A connection may hold two descriptors: its socket and, once its unread output
     # passes waitress's in-memory buffer, that buffer's temporary file. Kept aside: the
     # listeners, the trigger, the model's worker pipes, logs and the store's files.
-    limit = max(64, (_raise_file_limit(2 * CONNECTION_LIMIT + FILE_RESERVE) - FILE_RESERVE) // 2)
+    wanted = descriptors * CONNECTION_LIMIT + FILE_RESERVE
+    limit = max(64, (_raise_file_limit(wanted) - FILE_RESERVE) // descriptors)
     server = waitress.create_server(app, threads=config.max_queue + 1 + SPARE_THREADS,
                                     channel_request_lookahead=4, ident="geniex",
                                     max_request_body_size=2 * config.max_body + 65536,
@@ -400,7 +434,8 @@ def serve(config, host_value, announce=print, port=None, tls=None):
     """Run the server in this (main) thread until interrupted; returns 0. ``host_value``
     may list several addresses (:func:`parse_hosts`). ``tls`` = (certfile, keyfile)
     serves HTTPS on them: waitress then listens on a loopback port of its own behind
-    a TLS front per address (:mod:`geniex.server.tls`)."""
+    a TLS front on those addresses (:mod:`geniex.server.tls`), which relays at most as
+    many connections as waitress takes."""
     addresses = parse_hosts(host_value, port)
     (host, port), also = addresses[0], addresses[1:]
     config.bind_host = ",".join(h for h, _ in addresses)
@@ -414,18 +449,18 @@ def serve(config, host_value, announce=print, port=None, tls=None):
         if ssl_context is None:
             server = make_server(app, host, port, config, also)
         else:
-            server = make_server(app, "127.0.0.1", 0, config)
+            server = make_server(app, "127.0.0.1", 0, config, descriptors=4)
     except OSError as e:
         raise UsageError(f"cannot listen on {host_value}: {e.strerror or e}") from None
     fronts = []
     if ssl_context is not None:
         backend = (server.effective_host, server.effective_port)
+        # Waitress counts its listener and trigger against its limit: every connection
+        # the front relays is taken at once.
+        most = max(1, server.adj.connection_limit - 2)
         try:
-            for h, p in addresses:
-                fronts.append(tls_front.TlsFront(h, p, backend, ssl_context, CONNECTION_LIMIT).start())
+            fronts.append(tls_front.TlsFront(addresses, backend, ssl_context, most).start())
         except UsageError:
-            for front in fronts:
-                front.close()
             server.close()
             raise
 
@@ -438,7 +473,7 @@ def serve(config, host_value, announce=print, port=None, tls=None):
         if not is_loopback(bound) and not config.api_key:
             log.warning("listening on %s, beyond this machine, with no API key: anyone who can reach it can "
                         "use the server; set --api-key or GENIEX_API_KEY", bound)
-    urls = [front.url for front in fronts] or addresses_of(server)
+    urls = [url for front in fronts for url in front.urls] or addresses_of(server)
     more = "".join(f" and {a}" for a in urls[1:])
     announce(f"geniex server listening on {urls[0]}{more} (docs: {urls[0]}/docs/); Ctrl-C to stop",
              flush=True)

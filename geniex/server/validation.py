@@ -19,8 +19,8 @@ from jsonschema.exceptions import best_match
 from referencing import Registry, Resource
 from werkzeug.exceptions import HTTPException
 
-from geniex.errors import (ContextLengthExceeded, GenieXError, LibraryError, ModelCrashed, ModelLoadError,
-                           ModelNotFound, RequestTimeout, ServerStopping, Unsupported, UsageError)
+from geniex.errors import (ContextLengthExceeded, GenieXError, LibraryError, LoadCancelled, LoadTimeout, ModelCrashed,
+                           ModelLoadError, ModelNotFound, RequestTimeout, ServerStopping, Unsupported, UsageError)
 
 log = logging.getLogger("geniex.server")
 
@@ -152,10 +152,13 @@ def _json_type(value):
 # the request was understood but names something that cannot be used (retrying the
 # same request will not help; another model will); a model that crashed under a
 # request is a 502, the server is up but the process behind it failed (a retry loads
-# the model again); a request over its time budget with nothing produced is a 504.
+# the model again); a request over its time budget with nothing produced, or whose
+# model did not load within its bound, is a 504.
 _STATUS = [
     (ModelCrashed, 502, "model_crashed"),
     (RequestTimeout, 504, "request_timeout"),
+    (LoadTimeout, 504, "load_timeout"),
+    (LoadCancelled, 503, "request_cancelled"),
     (ServerStopping, 503, "shutting_down"),
     (ModelNotFound, 404, "model_not_found"),
     (ContextLengthExceeded, 400, "context_length_exceeded"),

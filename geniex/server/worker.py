@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 
 from geniex import profile
-from geniex.errors import GenieXError, ModelCrashed, ModelLoadError, RequestTimeout, ServerStopping
+from geniex.errors import (GenieXError, LoadCancelled, LoadTimeout, ModelCrashed, ModelLoadError,
+                           RequestTimeout, ServerStopping)
 
 log = logging.getLogger("geniex.server")
 
@@ -51,6 +52,13 @@ GRACE = 15.0                # seconds past a request's deadline before its worke
 CLOSE_WAIT = 10.0           # seconds a closing worker may take to free its model before it is killed
 MIN_TIMEOUT = 60.0          # the default request timeout is never shorter (docs/isolation.md)
 TIMEOUT_FACTOR = 4          # ... and covers this many times a full context of one-row decodes
+# A load must end within LOAD_MIN seconds plus one per LOAD_RATE bytes of the files it
+# reads (the model, its draft model, its projector): a slow disk's pace, so that only a
+# load that hangs runs out (geniex serve --load-timeout sets another bound).
+LOAD_MIN = 60.0
+LOAD_RATE = 25e6
+ORPHAN_KEEP = 30.0          # seconds a load left by its cancelled request is kept for the next one
+DEATH_WAIT = 5.0            # seconds a killed worker is waited for (a hung read may keep it alive)
 
 PROBE = "Hello, world!\n\t0123456789 {}[]<>\"'\\ été 中文 😀"   # tokenized once at load
 
@@ -119,23 +127,42 @@ def exit_text(returncode):
 
 
 # -- the parent side -----------------------------------------------------------------------
+# The worker's first lines: import the ``geniex`` package from the folder given as the
+# argument, and only that package, then run the worker. Its sys.path stays the
+# interpreter's own (the standard library first), as the server's is.
+_LAUNCH = """\
+import importlib.machinery, importlib.util, sys
+spec = importlib.machinery.PathFinder.find_spec("geniex", [sys.argv[1]])
+module = sys.modules["geniex"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+from geniex.server.worker import main
+main()
+"""
+
+
+def worker_command():
+    """The command that starts a worker: the server's interpreter, importing the same
+    geniex as the server (a source checkout included), from the folder the server found
+    it in. That folder is not put on the worker's PYTHONPATH: installed, it is
+    site-packages, and PYTHONPATH goes ahead of the standard library, so a module there
+    named like a standard one (an old backport: ``enum``, ``typing``) replaced it."""
+    return [sys.executable, "-c", _LAUNCH, str(Path(__file__).resolve().parents[2])]
+
+
 class _Process:
     """A worker process and a thread reading its replies into a queue; ``("died",
     returncode)`` is queued when its output ends."""
 
     def __init__(self):
         env = dict(os.environ)
-        # The worker imports the same geniex as the server (a source checkout included).
-        here = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONUNBUFFERED"] = "1"
         kwargs = {}
         if os.name == "posix":
             kwargs["start_new_session"] = True      # Ctrl-C in a terminal goes to the server only
         else:
             kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-        self.proc = subprocess.Popen([sys.executable, "-m", "geniex.server.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, **kwargs)
+        self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                     **kwargs)
         self.pid = self.proc.pid
         self.stopped = False        # killed because the server is stopping
         self.replies = queue.Queue()
@@ -215,25 +242,50 @@ class WorkerSession:
         self._active = None             # the run id whose end has not been read yet
 
     @classmethod
-    def open(cls, target, options, previous=None):
+    def open(cls, target, options, previous=None, cancel=None, load_timeout=None):
         """Load ``target`` (a ResolvedModel) with ``options`` (LoadOptions) in a worker.
         ``previous``, the session this one replaces (or None), is freed first: a healthy
         worker is reused (it closes its model and loads the new one in place, without a
         new process, its imports and library load), one that crashed, was killed or is
-        still busy ends and a new worker starts (docs/isolation.md)."""
-        process = previous._hand_over() if previous is not None else None
-        reused = process is not None
-        if process is None:
-            process = _Process()
-        level = logging.getLogger("geniex").getEffectiveLevel()
-        native = logging.getLogger("geniex.llama.cpp").getEffectiveLevel()
-        process.send(("load", target, options, level, native))
+        still busy ends and a new worker starts (docs/isolation.md).
+
+        The load is bounded: ``load_timeout`` seconds (0: no bound; None: the server's
+        ``--load-timeout``, else :func:`load_bound`); a load over it has its worker
+        killed, a :class:`~geniex.errors.LoadTimeout`. ``cancel()`` turning true (the
+        client went away, the server is stopping) stops the wait, a
+        :class:`~geniex.errors.LoadCancelled`; the load goes on in the background and the
+        next load of the same model with the same options picks it up (a client that
+        gives up before a long load ends and asks again does not start it over each
+        time); a load of anything else ends it. Called without ``cancel`` and
+        ``load_timeout`` while a request is served, the request's own are used."""
+        if cancel is None or load_timeout is None:
+            asked_cancel, asked_timeout = _from_request()
+            cancel = asked_cancel if cancel is None else cancel
+            load_timeout = asked_timeout if load_timeout is None else load_timeout
+        bound = load_bound(target, options) if load_timeout is None else (load_timeout or None)
+        orphan = _take_orphan()
+        if orphan is not None and previous is None and orphan.loads(target, options):
+            process, deadline, reply, note = orphan.process, orphan.deadline, orphan.reply, " (picked up)"
+            log.info("%s: picking up its load left by a cancelled request (worker process %d)",
+                     target.name, process.pid)
+        else:
+            if orphan is not None:
+                orphan.discard("another load was asked for")
+            process = previous._hand_over() if previous is not None else None
+            note = " (reloaded in place)" if process is not None else ""
+            if process is None:
+                process = _Process()
+            level = logging.getLogger("geniex").getEffectiveLevel()
+            native = logging.getLogger("geniex.llama.cpp").getEffectiveLevel()
+            deadline = None if bound is None else time.monotonic() + bound
+            reply = None
+            process.send(("load", target, options, level, native))
         while True:
-            message = process.replies.get()
+            message = reply if reply is not None else _next_reply(process, deadline, cancel)
+            reply = None
             kind = message[0]
             if kind == "loaded":
-                log.info("%s: loaded in worker process %d%s", target.name, process.pid,
-                         " (reloaded in place)" if reused else "")
+                log.info("%s: loaded in worker process %d%s", target.name, process.pid, note)
                 return cls(process, target.name, message[1])
             if kind == "error" and len(message) == 2:      # (a run's error names its run)
                 process.send(("exit",))
@@ -241,11 +293,29 @@ class WorkerSession:
                 raise _rebuild(message[1], target.name)
             if kind == "died":
                 how = exit_text(message[1])
+                if process.stopped:
+                    raise ServerStopping(f"the server is stopping: {target.name} was loading, and its worker "
+                                         "process was stopped")
                 log.warning("%s: the worker process %d ended (%s) while loading it", target.name, process.pid, how)
                 raise ModelLoadError(
                     f"{target.name} could not be loaded: llama.cpp ended the process loading it ({how}). The file "
                     "passed geniex's checks but the library cannot use it: it is damaged or not supported by this "
                     "llama.cpp build; download or convert it again")
+            if kind == "cancelled":
+                _leave_orphan(_Orphan(process, target, options, deadline))
+                log.info("%s: the request was cancelled while the model loaded; the load goes on, for the next "
+                         "request of this model", target.name)
+                raise LoadCancelled(f"{target.name}: the request was cancelled while the model loaded (the client "
+                                    "went away or the server is stopping)")
+            if kind == "overdue":
+                log.warning("%s: the load did not end within %.0f s; stopping worker process %d",
+                            target.name, bound, process.pid)
+                process.kill()
+                _await_death(process)
+                raise LoadTimeout(
+                    f"{target.name}: the model did not load within {bound:.0f} s (geniex serve --load-timeout; by "
+                    f"default {LOAD_MIN:.0f} s plus {1e9 / LOAD_RATE:.0f} s per GB of model files): its worker "
+                    "process was stopped; the server is up and the next request loads the model again")
 
     @property
     def alive(self):
@@ -337,7 +407,7 @@ class WorkerSession:
         log.warning("%s: the answer ran %.0f s past its %.0f s timeout; stopping worker process %d",
                     self.name, GRACE, timeout, self._process.pid)
         self._process.kill()
-        self._wait_death()
+        _await_death(self._process)
         self._active = None
         self.crashed = "killed after its timeout"
         raise RequestTimeout(f"{self.name}: the request did not end within its time limit of {timeout:.0f} s "
@@ -383,6 +453,165 @@ class WorkerSession:
                 process.send(("cancel", self._active))
             process.send(("exit",))
         _reap(process)
+
+
+def load_bound(target, options):
+    """Seconds a load of ``target`` with ``options`` may take by default:
+    :data:`LOAD_MIN`, plus the bytes of every file it reads (the model's files, its
+    projector, the draft model) at :data:`LOAD_RATE`."""
+    paths = {Path(f) for f in (getattr(target, "files", None) or [target.path])}
+    spec = getattr(options, "spec", None)
+    for extra in (getattr(target, "mmproj", None), getattr(spec, "draft_path", None)):
+        if extra:
+            paths.add(Path(extra))
+    size = 0
+    for path in paths:
+        try:
+            size += path.stat().st_size if path.is_file() else 0
+        except OSError:
+            pass
+    return LOAD_MIN + size / LOAD_RATE
+
+
+def _from_request():
+    """The cancel test and ``--load-timeout`` of the request being served, if any (for
+    a caller that passes neither)."""
+    try:
+        from flask import current_app, has_request_context
+    except ImportError:         # pragma: no cover - flask is a dependency
+        return None, None
+    if not has_request_context():
+        return None, None
+    from geniex.server import exchange
+    config = current_app.config.get("GENIEX")
+    return exchange.cancel(), getattr(config, "load_timeout", None)
+
+
+def _next_reply(process, deadline, cancel):
+    """The worker's next reply to a load; ``("overdue",)`` once ``deadline`` has passed,
+    ``("cancelled",)`` once ``cancel()`` is true (each checked every :data:`POLL`)."""
+    while True:
+        try:
+            return process.replies.get(timeout=POLL)
+        except queue.Empty:
+            pass
+        if deadline is not None and time.monotonic() > deadline:
+            return ("overdue",)
+        if cancel is not None and cancel():
+            return ("cancelled",)
+
+
+def _await_death(process, seconds=DEATH_WAIT):
+    """Wait (a while) for a killed worker's end to be read: a worker blocked in a read
+    the kernel does not interrupt (a hung network mount) dies only once the read
+    returns, and nobody waits for it beyond ``seconds`` (it stays among the workers
+    :func:`kill_all` kills)."""
+    until = time.monotonic() + seconds
+    while True:
+        try:
+            message = process.replies.get(timeout=max(0.0, until - time.monotonic()))
+        except queue.Empty:
+            log.warning("worker process %d did not end within %.0f s of being killed; leaving it", process.pid,
+                        seconds)
+            return None
+        if message[0] == "died":
+            return message[1]
+
+
+# -- a load left by its cancelled request -----------------------------------------------------
+_orphan = None              # at most one: any other load ends it
+_orphan_lock = threading.Lock()
+
+
+class _Orphan:
+    """A load whose request was cancelled while it ran, kept for the next request of the
+    same model. A thread of its own reads the load's reply and enforces its deadline
+    until a load picks it up (:meth:`WorkerSession.open`) or ends it; a load nobody
+    picks up within :data:`ORPHAN_KEEP` seconds of its end is ended."""
+
+    def __init__(self, process, target, options, deadline):
+        self.process = process
+        self.name = target.name
+        self.key = (str(target.path), options)
+        self.deadline = deadline
+        self.reply = None           # the load's reply, once read
+        self.taken = False          # picked up or discarded: the thread stops reading
+        self._thread = threading.Thread(target=self._watch, name=f"geniex-load-{process.pid}", daemon=True)
+
+    def loads(self, target, options):
+        return self.key == (str(target.path), options)
+
+    def _watch(self):
+        ended = None
+        while not self.taken:
+            if self.reply is None:
+                message = _next_reply(self.process, self.deadline, lambda: self.taken)
+                if message[0] in ("loaded", "died") or (message[0] == "error" and len(message) == 2):
+                    self.reply, ended = message, time.monotonic()
+                elif message[0] == "overdue":
+                    self._drop(f"its load did not end in time (worker process {self.process.pid} killed)", kill=True)
+                    return
+            else:
+                time.sleep(POLL)
+                if self.reply[0] != "loaded" or time.monotonic() - ended > ORPHAN_KEEP:
+                    self._drop("no request picked up its load", kill=False)
+                    return
+
+    def _drop(self, why, kill):
+        global _orphan
+        with _orphan_lock:
+            if self.taken:
+                return
+            self.taken = True
+            if _orphan is self:
+                _orphan = None
+        log.info("%s: dropping the load left by a cancelled request: %s", self.name, why)
+        self._end(kill)
+
+    def discard(self, why):
+        """End it (taken by :func:`_take_orphan` first)."""
+        log.info("%s: ending the load left by a cancelled request: %s", self.name, why)
+        self._thread.join()
+        self._end(kill=True)
+
+    def take(self):
+        """Stop the thread: the caller reads the process's replies from now on
+        (:attr:`reply` first, if the thread read it)."""
+        self._thread.join()
+
+    def _end(self, kill):
+        kind = self.reply[0] if self.reply is not None else None
+        if kind == "died":
+            return
+        if kind is None or kill:
+            self.process.kill()
+            _await_death(self.process)
+        else:                       # loaded, or refused the model: a live worker, told to exit
+            self.process.send(("exit",))
+            _reap(self.process)
+
+
+def _leave_orphan(orphan):
+    global _orphan
+    with _orphan_lock:
+        previous, _orphan = _orphan, orphan
+        if previous is not None:
+            previous.taken = True
+    if previous is not None:
+        previous.discard("another load was left")
+    orphan._thread.start()
+
+
+def _take_orphan():
+    """The load left by a cancelled request, if any, its thread stopped."""
+    global _orphan
+    with _orphan_lock:
+        orphan, _orphan = _orphan, None
+        if orphan is None or orphan.taken:
+            return None
+        orphan.taken = True
+    orphan.take()
+    return orphan
 
 
 def _reap(process):
