@@ -45,7 +45,7 @@ class Answerer:
     warm-up's None), and runs the tasks that answer at once."""
 
     def __init__(self, store, cache, defaults=None, allow_paths=False, memory_budget=None,
-                 default_model=None, metrics=None, request_timeout=None):
+                 default_model=None, metrics=None, request_timeout=None, load_timeout=None):
         self.cache = cache
         self.defaults = defaults or Defaults()
         self.placer = Placer(store, self.defaults, cache.resident, allow_paths=allow_paths,
@@ -54,6 +54,8 @@ class Answerer:
         # Seconds a request may hold the model (--request-timeout); None: the model's
         # default (WorkerSession.default_timeout), 0: no limit.
         self.request_timeout = request_timeout
+        # Seconds a model load may take (--load-timeout); None: by its files' size, 0: no bound.
+        self.load_timeout = load_timeout
 
     # -- decoding routes -------------------------------------------------------------
     def chat(self, body, caller):
@@ -132,8 +134,8 @@ class Answerer:
         llama.cpp ends that process, not the server; a model switch reloads in the worker
         process of the model it replaces."""
         target, options = place.target, place.options
-        lease = self.cache.lease(place.key, lambda previous: WorkerSession.open(target, options, previous),
-                                 caller.cancel)
+        lease = self.cache.lease(place.key, lambda previous: WorkerSession.open(
+            target, options, previous, cancel=caller.cancel, load_timeout=self.load_timeout), caller.cancel)
         if self.metrics is not None:
             self.metrics.record_wait(lease.waited)
         if caller.on_wait is not None:

@@ -73,7 +73,8 @@ def create_app(config=None, store=None):
     cache = ModelCache(config.keepalive, config.max_queue)
     app.extensions["geniex.answerer"] = Answerer(store, cache, config.defaults, allow_paths=config.allow_paths,
                                                  memory_budget=config.memory_budget, default_model=config.model,
-                                                 metrics=Metrics(cache), request_timeout=config.request_timeout)
+                                                 metrics=Metrics(cache), request_timeout=config.request_timeout,
+                                                 load_timeout=config.load_timeout)
     for module in (chat, native, embeddings, logits, responses, messages, models, spec, docs):
         app.register_blueprint(module.bp)
     # The request schemas are read now: a broken install fails at start, and no request

@@ -48,6 +48,7 @@ class Metrics:
         self.queue_max = 0.0
         self.timeouts = 0                  # answers cut by the request timeout
         self.crashes = 0                   # worker processes that died under a request
+        self.load_timeouts = 0             # model loads stopped at their bound (--load-timeout)
         self.prompt_cache = None           # the resident model's saved conversations, as its last answer saw them
 
     def record(self, stats):
@@ -84,12 +85,15 @@ class Metrics:
             self.queue_max = max(self.queue_max, seconds)
 
     def record_failure(self, code):
-        """Count a request that ended by ``request_timeout`` or ``model_crashed``."""
+        """Count a request that ended by ``request_timeout``, ``model_crashed`` or
+        ``load_timeout``."""
         with self._lock:
             if code == "request_timeout":
                 self.timeouts += 1
             elif code == "model_crashed":
                 self.crashes += 1
+            elif code == "load_timeout":
+                self.load_timeouts += 1
 
     def record_prompt(self, tokens, seconds, decodes):
         """Count a task that decodes a prompt without predicting (embeddings, rerank)."""
@@ -164,6 +168,8 @@ class Metrics:
                                   value=self.timeouts)
         yield CounterMetricFamily("geniex:worker_crashes", "Worker processes that died under a request.",
                                   value=self.crashes)
+        yield CounterMetricFamily("geniex:load_timeouts", "Model loads stopped at their bound.",
+                                  value=self.load_timeouts)
         cached = self.prompt_cache or {}
         yield GaugeMetricFamily("geniex:prompt_cache_entries", "Conversations kept in host memory (--cache-ram).",
                                 value=cached.get("entries", 0))

@@ -249,19 +249,14 @@ class WorkerSession:
         new process, its imports and library load), one that crashed, was killed or is
         still busy ends and a new worker starts (docs/isolation.md).
 
-        The load is bounded: ``load_timeout`` seconds (0: no bound; None: the server's
-        ``--load-timeout``, else :func:`load_bound`); a load over it has its worker
+        The load is bounded: ``load_timeout`` seconds (0: no bound; None:
+        :func:`load_bound`); a load over it has its worker
         killed, a :class:`~geniex.errors.LoadTimeout`. ``cancel()`` turning true (the
         client went away, the server is stopping) stops the wait, a
         :class:`~geniex.errors.LoadCancelled`; the load goes on in the background and the
         next load of the same model with the same options picks it up (a client that
         gives up before a long load ends and asks again does not start it over each
-        time); a load of anything else ends it. Called without ``cancel`` and
-        ``load_timeout`` while a request is served, the request's own are used."""
-        if cancel is None or load_timeout is None:
-            asked_cancel, asked_timeout = _from_request()
-            cancel = asked_cancel if cancel is None else cancel
-            load_timeout = asked_timeout if load_timeout is None else load_timeout
+        time); a load of anything else ends it."""
         bound = load_bound(target, options) if load_timeout is None else (load_timeout or None)
         orphan = _take_orphan()
         if orphan is not None and previous is None and orphan.loads(target, options):
@@ -471,20 +466,6 @@ def load_bound(target, options):
         except OSError:
             pass
     return LOAD_MIN + size / LOAD_RATE
-
-
-def _from_request():
-    """The cancel test and ``--load-timeout`` of the request being served, if any (for
-    a caller that passes neither)."""
-    try:
-        from flask import current_app, has_request_context
-    except ImportError:         # pragma: no cover - flask is a dependency
-        return None, None
-    if not has_request_context():
-        return None, None
-    from geniex.server import exchange
-    config = current_app.config.get("GENIEX")
-    return exchange.cancel(), getattr(config, "load_timeout", None)
 
 
 def _next_reply(process, deadline, cancel):
