@@ -149,7 +149,7 @@ def main(argv=None):
     path = demo_model_path()
     if path is None:
         raise SystemExit(f"the demo model is not installed: {INSTALL_HINT}")
-    cfgs = configs.make(quick=args.quick, methods=args.methods, native=not args.no_native)
+    cfgs = configs.make(quick=args.quick, methods=args.methods, native=not args.no_native, one_thread=args.load > 0)
 
     # A terminated bench still ends its workers and busy loops (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"terminated; worker logs in {logdir}"))

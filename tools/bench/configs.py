@@ -1,7 +1,7 @@
 """The configurations a bench run compares: each side at its own defaults, and at equal settings.
 
 - ours: ``geniex``'s Session as ``geniex infer`` builds it (every physical core, micro-batch
-  32, q8_0 KV cache, draft policy auto, n-gram memory kept across answers);
+  512 with its q8_0 KV cache, draft policy auto, n-gram memory kept across answers);
 - native: llama.cpp's own server (``xllamacpp.Server``, the same b11549 library) as
   ``llama-server`` starts: its own threads, micro-batch 512, F16 KV cache, ngram-mod at
   its own parameters (24/48/64), its ngram-mod table kept across requests.
@@ -27,7 +27,7 @@ class Config:
     settings: str = "defaults"      # "defaults" (each side's own) | "equal" (native at ours')
     threads: int = 0                # 0 = the side's default
     threads_batch: int = 0
-    ubatch: int = 0                 # 0 = the side's default (ours 32, native 512)
+    ubatch: int = 0                 # 0 = the side's default (512 on both sides)
     cache: str = ""                 # "" = the side's default (ours q8_0, native f16)
     ngram: tuple = ()               # (n, min, max); () = the side's defaults
     policy: str = "auto"            # ours: --draft-policy
@@ -58,14 +58,17 @@ def parse_method(text):
     return method, nums
 
 
-def make(quick=False, methods=("ngram-mod",), fresh=True, equal=True, native=True):
+def make(quick=False, methods=("ngram-mod",), fresh=True, equal=True, native=True, one_thread=False):
     """The configurations of a run (see the module docstring). ``methods`` are ours'
     drafting methods (``method[:n/min/max]``); ngram-mod at its defaults is compared with
-    native's (the issue's target)."""
+    native's (the issue's target). ``one_thread`` adds ours plain on one thread, what
+    ours at its defaults must keep up with beside a busy neighbour (``bench.py --load``)."""
     from geniex.config import physical_cores
     from geniex.speculative.options import NGRAM_DEFAULTS
     cores = physical_cores()
     cfgs = [Config("ours plain", "ours")]
+    if one_thread:
+        cfgs.append(Config("ours plain 1 thread", "ours", threads=1, threads_batch=1))
     for label in methods:
         m, params = parse_method(label)
         cfgs.append(Config(f"ours {label}", "ours", m, ngram=params if any(params) else (), detail=True))
@@ -77,7 +80,7 @@ def make(quick=False, methods=("ngram-mod",), fresh=True, equal=True, native=Tru
     if "ngram-mod" in methods:
         cfgs.append(Config("native ngram-mod", "native", "ngram-mod", ngram=NATIVE_NGRAM_MOD))
     if equal and not quick:
-        same = dict(settings="equal", threads=cores, threads_batch=cores, ubatch=32, cache="q8_0")
+        same = dict(settings="equal", threads=cores, threads_batch=cores, ubatch=512, cache="q8_0")
         cfgs.append(Config("native plain =", "native", **same))
         if "ngram-mod" in methods:
             cfgs.append(Config("native ngram-mod =", "native", "ngram-mod", ngram=NGRAM_DEFAULTS["ngram-mod"], **same))
