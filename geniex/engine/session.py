@@ -19,6 +19,7 @@ from geniex.errors import GenieXError, UsageError
 from geniex.llama import cache_types
 from geniex.llama import devices as devmod
 from geniex.llama import library
+from geniex.llama.gguf_file import check_tokenizer
 from geniex.llama.kv import KvHistory, common_prefix
 from geniex.llama.objects import Batch, Context, Model
 from geniex.llama.threads import ThreadGovernor
@@ -114,6 +115,7 @@ class Session:
         # Read (and checked) once per version of the file: open_session's context check
         # has usually just read it (limits.header_of keeps it by path, size and mtime).
         header = limits.header_of(path)
+        check_tokenizer(header)          # the model that reads prompts must have a tokenizer
         chosen, self.device_note = devmod.select(options.compute, devmod.available(lib))
         log.debug(self.device_note)
         self.bundled_nextn = _wants_bundled_nextn(header, options.spec)

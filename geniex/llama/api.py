@@ -25,6 +25,8 @@ ggml_log_callback = CFUNCTYPE(None, c_int, c_char_p, c_void_p)
 # enum llama_context_type
 LLAMA_CONTEXT_TYPE_DEFAULT = 0
 LLAMA_CONTEXT_TYPE_MTP = 1
+# enum llama_vocab_type
+LLAMA_VOCAB_TYPE_NONE = 0          # a model without a tokenizer
 # enum llama_flash_attn_type
 LLAMA_FLASH_ATTN_TYPE_AUTO = -1
 # enum ggml_backend_dev_type

@@ -15,6 +15,7 @@ decodes every vocabulary string into numpy objects (seconds for a 49k vocab, and
 unbounded for a forged length) where we need milliseconds: long arrays are skipped and
 kept as their length only.
 """
+import math
 import os
 import struct
 from dataclasses import dataclass, field
@@ -65,6 +66,43 @@ ROPE_SCALING_TYPES = ("none", "linear", "yarn", "longrope")
 CLASSIFIER_ACTIVATIONS = ("gelu", "silu", "tanh")
 # Architectures that carry no language-model hyperparameters (load_hparams returns early).
 NO_HPARAMS = frozenset(("clip",))
+# Rules on {arch}.KEY values beyond what load_hparams checks itself: each is a value the
+# b11549 library takes as it is and later aborts (or hangs) on, in a ggml kernel or a
+# graph builder, rather than refusing at load. KEY -> (test, what the value must be).
+# Every float of the architecture must also be finite: NaN fails every comparison these
+# asserts make (the norm kernels' ``eps >= 0`` among them), and no converter writes one.
+FLOAT_RULES = {
+    # ggml-cpu/ops.cpp: norm, rms_norm, group_norm and l2_norm assert eps >= 0.
+    "attention.layer_norm_epsilon": (lambda v: v >= 0, "0 or more"),
+    "attention.layer_norm_rms_epsilon": (lambda v: v >= 0, "0 or more"),
+    "attention.group_norm_epsilon": (lambda v: v >= 0, "0 or more"),
+    "hyper_connection.epsilon": (lambda v: v >= 0, "0 or more"),
+    # a mixing ratio; the graph asserts ext_factor >= 0 (its -1 "unset" is a context
+    # parameter, never a file's value)
+    "rope.scaling.yarn_ext_factor": (lambda v: v >= 0, "0 or more"),
+}
+# Whole numbers the library divides by (a layer's index modulo them, SIGFPE on 0) or
+# asserts positive at load: KEY -> the least value.
+INT_MINIMUMS = {
+    "full_attention_interval": 1,      # hybrids: layer il is recurrent unless (il + 1) % it == 0
+    "interleave_moe_layer_step": 1,    # llama4: layer il has experts when (il + 1) % it == 0
+    "hrm.h_cycles": 1,                 # load asserts n_hrm_h_cycles > 0
+    "hrm.l_cycles": 1,                 # and n_hrm_l_cycles > 0
+}
+# Gated delta-net hybrids: their graph sizes the convolution state from ssm.inner_size,
+# which the loader never compares with the tensors; a mismatch aborts in ggml_concat
+# when the context is made (llm_build_delta_net_base::build_conv_state).
+DELTA_NET_ARCHS = frozenset(("qwen3next", "qwen35", "qwen35moe"))
+# Rotary dimensions, with the key that gives the head width they rotate within. ggml's
+# rope kernel asserts an even count no wider than the head, and spins forever on 0.
+ROPE_DIMS = (("rope.dimension_count", "attention.key_length"),
+             ("rope.dimension_count_swa", "attention.key_length_swa"))
+# tokenizer.ggml.model values that make no tokenizer: llama.cpp loads the file, then
+# aborts the first time it is asked to turn text into tokens.
+NO_TOKENIZER = ("none", "no_vocab")
+# Bytes a SentencePiece ("llama") tokenizer may have to spell one by one: every byte
+# that occurs in UTF-8 text, except the space, which it writes as U+2581 first.
+SPM_FALLBACK_BYTES = tuple(b for b in range(0xF5) if b not in (0x20, 0xC0, 0xC1))
 _INT64_MAX = (1 << 63) - 1
 # Smallest encodings, to bound counts by the bytes left: a key-value pair (key length,
 # a 1-byte key, type, a 1-byte value) and a tensor entry (name length, a 1-byte name,
@@ -94,6 +132,8 @@ class GGUFHeader:
     tensors: dict = field(default_factory=dict)
     data_offset: int = 0
     types: dict = field(default_factory=dict)     # metadata key -> its GGUF value type
+    # SPM_FALLBACK_BYTES with neither a ``<0xNN>`` token nor a one-byte token of their own
+    unspelled_bytes: tuple = ()
 
     @property
     def architecture(self):
@@ -319,7 +359,7 @@ def _parse(f, size, path):
     if n_kv < 0 or n_kv * _MIN_KV > cur.left:
         raise _Bad(f"the header claims {n_kv:,} metadata entries, more than the file could hold",
                    truncated=0 <= n_kv < 1 << 40)
-    meta, types = {}, {}
+    meta, types, vocabulary = {}, {}, None
     for i in range(n_kv):
         key = cur.text(f"metadata key {i}")
         if not key:
@@ -330,6 +370,8 @@ def _parse(f, size, path):
         tokens = set() if key == "tokenizer.ggml.tokens" else None
         meta[key] = _value(cur, vtype, key, tokens)
         types[key] = vtype
+        if tokens:
+            vocabulary = tokens
     align = meta.get("general.alignment", DEFAULT_ALIGNMENT)
     if "general.alignment" in meta and types["general.alignment"] != 4:
         raise _Bad(f"general.alignment is a {_TYPE_NAMES.get(types['general.alignment'])}, not a u32")
@@ -358,7 +400,9 @@ def _parse(f, size, path):
         if start + t.nbytes > size:
             raise _Bad(f"its tensors need {start + t.nbytes:,} bytes but the file has {size:,}",
                        truncated=True)
-    return GGUFHeader(path, version, meta, tensors, data_offset, types)
+    unspelled = () if vocabulary is None else tuple(
+        b for b in SPM_FALLBACK_BYTES if f"<0x{b:02X}>".encode() not in vocabulary and bytes([b]) not in vocabulary)
+    return GGUFHeader(path, version, meta, tensors, data_offset, types, unspelled)
 
 
 def _tensor_info(cur, i):
@@ -441,10 +485,11 @@ def _check_model(header):
     if split_no:
         raise _Bad(f"it is shard {split_no + 1} of a split model; load the first shard (-00001-of-)")
     _check_tensor_types(header.tensors.values())
-    _check_vocabulary(meta)
+    _check_vocabulary(meta, header.unspelled_bytes)
     if arch in NO_HPARAMS:
         return
     k = f"{arch}."
+    _check_floats(meta, k)
     n_layer = _int(meta, k + "block_count", "the number of layers", required=True)
     if not 1 <= n_layer <= MAX_LAYERS:
         raise _Bad(f"{k}block_count is {n_layer} (llama.cpp needs 1 to {MAX_LAYERS} layers)")
@@ -467,7 +512,7 @@ def _check_model(header):
                        "divide the heads")
     key_length = _int(meta, k + "attention.key_length")
     value_length = _int(meta, k + "attention.value_length")
-    rope_dims = _int(meta, k + "rope.dimension_count")
+    head_k = None
     if heads[0]:
         for name, given in (("key_length", key_length), ("value_length", value_length)):
             if given is None and n_embd % heads[0]:
@@ -476,8 +521,13 @@ def _check_model(header):
             if given is not None and given < 1:
                 raise _Bad(f"{k}attention.{name} is {given}")
         head_k = key_length if key_length is not None else n_embd // heads[0]
-        if rope_dims is not None and not 0 <= rope_dims <= head_k:
-            raise _Bad(f"{k}rope.dimension_count {rope_dims} is wider than an attention head ({head_k})")
+    _check_rope_dims(meta, k, head_k)
+    for suffix, least in INT_MINIMUMS.items():
+        value = _int(meta, k + suffix)
+        if value is not None and value < least:
+            raise _Bad(f"{shown(k + suffix)} is {value}; it must be at least {least} (llama.cpp aborts on it)")
+    if arch in DELTA_NET_ARCHS:
+        _check_delta_net(meta, k, header.tensors)
     scaling = meta.get(k + "rope.scaling.type")
     if scaling is not None and scaling not in ROPE_SCALING_TYPES:
         raise _Bad(f"{k}rope.scaling.type {shown(scaling)!r} is none of {', '.join(ROPE_SCALING_TYPES)}")
@@ -485,6 +535,48 @@ def _check_model(header):
     if activation is not None and activation not in CLASSIFIER_ACTIVATIONS:
         raise _Bad(f"{k}classifier.activation {shown(activation)!r} is none of "
                    f"{', '.join(CLASSIFIER_ACTIVATIONS)}")
+
+
+def _check_floats(meta, k):
+    """Every float of the architecture finite, and those of FLOAT_RULES in range."""
+    for key, value in meta.items():
+        if not key.startswith(k):
+            continue
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise _Bad(f"{shown(key)} is {v}, not a finite number")
+        rule = FLOAT_RULES.get(key[len(k):])
+        if rule is None:
+            continue
+        test, wanted = rule
+        for v in values:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not test(v):
+                raise _Bad(f"{shown(key)} is {v}; it must be {wanted} (llama.cpp asserts it is)")
+
+
+def _check_rope_dims(meta, k, head_k):
+    """ggml's rope rotates pairs of dimensions within one head: it asserts an even count
+    no wider than the head, and never finishes with 0. ``head_k``: the head width when
+    the model has attention heads."""
+    for name, width_key in ROPE_DIMS:
+        dims = _int(meta, k + name)
+        if dims is None:
+            continue
+        width = _int(meta, k + width_key) or head_k    # the sliding-window head defaults to the other
+        if width and dims > width:
+            raise _Bad(f"{shown(k + name)} {dims} is wider than an attention head ({width})")
+        if dims < 2 or dims % 2:
+            raise _Bad(f"{shown(k + name)} is {dims}; llama.cpp rotates an even number of dimensions, "
+                       "at least 2 (it aborts or hangs on this one)")
+
+
+def _check_delta_net(meta, k, tensors):
+    """ssm.inner_size is the width of the linear-attention layers' output projection."""
+    inner = _int(meta, k + "ssm.inner_size")
+    for name, t in tensors.items():
+        if name.startswith("blk.") and name.endswith(".ssm_out.weight") and t.shape and t.shape[0] != inner:
+            raise _Bad(f"{shown(k)}ssm.inner_size is {inner}, but tensor {shown(name)!r} is {t.shape[0]} wide")
 
 
 def _check_experts(meta, k, n_layer):
@@ -528,13 +620,21 @@ def _check_tensor_types(tensors):
 CHECKED_TOKEN_IDS = ("bos", "eos", "unknown", "seperator")   # (sic: llama.cpp's key)
 
 
-def _check_vocabulary(meta):
+def _check_vocabulary(meta, unspelled_bytes=()):
     """The vocabulary must exist as text and its special token ids that llama.cpp relies
     on must name tokens: an id out of range becomes 'no token', and tokenizing then
-    aborts where the model wants BOS/EOS added."""
+    aborts where the model wants BOS/EOS added. A SentencePiece vocabulary must be able
+    to spell every byte of UTF-8 text: llama.cpp falls back to byte tokens for what it
+    cannot spell otherwise, and an uncaught exception ends the process where one is
+    missing (byte_to_token)."""
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is None:
         return
+    if meta.get("tokenizer.ggml.model") == "llama" and unspelled_bytes:
+        b = unspelled_bytes[0]
+        raise _Bad(f"tokenizer.ggml.model is 'llama' (SentencePiece), but the vocabulary has no token for byte "
+                   f"0x{b:02X} (neither <0x{b:02X}> nor the byte itself), and {len(unspelled_bytes) - 1} more; "
+                   "llama.cpp aborts on any text it has to spell with them")
     if not isinstance(tokens, (list, ArrayLength)) or (
             isinstance(tokens, list) and not all(isinstance(t, str) for t in tokens)):
         raise _Bad("tokenizer.ggml.tokens is not an array of text")
@@ -573,6 +673,17 @@ def shard_files(header):
     """Every file of the model ``header`` was read from: that file and, for the first
     shard of a split model, the other shards :func:`read_header` checked with it."""
     return [header.path, *_other_shards(header)]
+
+
+def check_tokenizer(header):
+    """Raise ModelLoadError unless ``header``'s model can turn text into tokens, as the
+    model geniex answers with must: llama.cpp loads a file whose tokenizer.ggml.model is
+    'none' (an MTP draft's), then aborts the first time it tokenizes."""
+    model = header.metadata.get("tokenizer.ggml.model")
+    if model in NO_TOKENIZER:
+        raise ModelLoadError(f"{header.path} is not a usable model: tokenizer.ggml.model is {model!r}, no "
+                             "tokenizer, so it cannot read a prompt (llama.cpp aborts on the first one); "
+                             "such a file is only a draft model")
 
 
 def _other_shards(header):

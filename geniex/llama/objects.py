@@ -26,6 +26,7 @@ class Vocab:
     def __init__(self, lib, ptr):
         self._lib, self.ptr = lib, ptr
         self.n_tokens = lib.llama_vocab_n_tokens(ptr)
+        self.has_tokenizer = lib.llama_vocab_type(ptr) != api.LLAMA_VOCAB_TYPE_NONE
         self.bos = lib.llama_vocab_bos(ptr)
         self.eos = lib.llama_vocab_eos(ptr)
         self.add_bos = bool(lib.llama_vocab_get_add_bos(ptr))
@@ -40,6 +41,8 @@ class Vocab:
 
     def tokenize(self, text, add_special=False, parse_special=True):
         """Text -> token ids. ``add_special`` adds BOS where the model wants it."""
+        if not self.has_tokenizer:    # llama.cpp would abort (sessions refuse such a model first)
+            raise GenieXError("the model has no tokenizer (tokenizer.ggml.model 'none'): it cannot read text")
         data = text.encode("utf-8")
         cap = len(data) + 8
         while True:
