@@ -441,3 +441,128 @@ def test_the_other_shards_are_that_shard_of_that_split(tmp_path, kvs, drop, word
 def test_the_container_alone_can_be_read_without_the_model_checks(tmp_path):
     path = write(tmp_path / "c.gguf", {f"{ARCH}.block_count": (0, V.UINT32)})
     assert read_header(path, check_model=False).arch_key("block_count") == 0
+
+
+# -- values llama.cpp takes at load and aborts (or hangs) on later (issue 36) -------------
+
+F32_TYPE = 6                          # GGUF's f32 value type (gguf_mutants.SCALARS)
+NAN, INF = float("nan"), float("inf")
+SPM_BYTES = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def _f32(value):
+    return (value, V.FLOAT32)
+
+
+def _u32(value):
+    return (value, V.UINT32)
+
+
+def _spm(tokens):
+    return {"tokenizer.ggml.model": ("llama", V.STRING), "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING)}
+
+
+# key changes -> words of the refusal (None: the file passes). The minimal model's head
+# is 16 wide (embedding 64, 4 heads). One row per rule of gguf_file, and its edge.
+RULES = [
+    ({f"{ARCH}.attention.layer_norm_rms_epsilon": _f32(NAN)}, ["layer_norm_rms_epsilon is nan, not a finite number"]),
+    ({f"{ARCH}.attention.layer_norm_rms_epsilon": _f32(-1.0)}, ["layer_norm_rms_epsilon is -1.0; it must be 0 or more"]),
+    ({f"{ARCH}.attention.layer_norm_rms_epsilon": _f32(INF)}, ["layer_norm_rms_epsilon is inf, not a finite"]),
+    ({f"{ARCH}.attention.layer_norm_rms_epsilon": _f32(0.0)}, None),
+    ({f"{ARCH}.attention.layer_norm_epsilon": _f32(-0.5)}, ["layer_norm_epsilon is -0.5; it must be 0 or more"]),
+    ({f"{ARCH}.attention.group_norm_epsilon": _f32(-INF)}, ["group_norm_epsilon is -inf, not a finite"]),
+    ({f"{ARCH}.hyper_connection.epsilon": (-1.0, V.FLOAT64)}, ["hyper_connection.epsilon is -1.0; it must be 0"]),
+    ({f"{ARCH}.rope.freq_base": _f32(NAN)}, ["rope.freq_base is nan, not a finite number"]),
+    ({f"{ARCH}.rope.freq_base": _f32(-1.0)}, None),          # nonsense, but nothing aborts on it
+    ({f"{ARCH}.rope.scaling.yarn_ext_factor": _f32(-1.0)}, ["yarn_ext_factor is -1.0; it must be 0 or more"]),
+    ({f"{ARCH}.swiglu_clamp_exp": ([7.0, NAN], V.ARRAY, V.FLOAT32)}, ["swiglu_clamp_exp is nan, not a finite"]),
+    ({f"{ARCH}.rope.dimension_count": _u32(0)}, ["rope.dimension_count is 0; llama.cpp rotates an even number"]),
+    ({f"{ARCH}.rope.dimension_count": _u32(15)}, ["rope.dimension_count is 15;"]),
+    ({f"{ARCH}.rope.dimension_count": _u32(18)}, ["rope.dimension_count 18 is wider than an attention head (16)"]),
+    ({f"{ARCH}.rope.dimension_count": _u32(2)}, None),
+    ({f"{ARCH}.rope.dimension_count_swa": _u32(1)}, ["rope.dimension_count_swa is 1;"]),
+    ({f"{ARCH}.rope.dimension_count_swa": _u32(20)}, ["rope.dimension_count_swa 20 is wider than an attention head (16)"]),
+    ({f"{ARCH}.rope.dimension_count_swa": _u32(20), f"{ARCH}.attention.key_length_swa": _u32(8)},
+     ["rope.dimension_count_swa 20 is wider than an attention head (8)"]),
+    ({f"{ARCH}.rope.dimension_count_swa": _u32(32), f"{ARCH}.attention.key_length_swa": _u32(32)}, None),
+    ({f"{ARCH}.full_attention_interval": _u32(0)}, ["full_attention_interval is 0; it must be at least 1"]),
+    ({f"{ARCH}.interleave_moe_layer_step": _u32(0)}, ["interleave_moe_layer_step is 0; it must be at least 1"]),
+    ({f"{ARCH}.hrm.h_cycles": _u32(0)}, ["hrm.h_cycles is 0"]),
+    ({f"{ARCH}.full_attention_interval": _u32(4)}, None),
+    (_spm(TOKENS), ["model is 'llama' (SentencePiece), but the vocabulary has no token for byte 0x00",
+                    "and 235 more"]),
+    (_spm(TOKENS + SPM_BYTES), None),
+    (_spm(TOKENS + [t for t in SPM_BYTES if t != "<0xE2>"]), ["no token for byte 0xE2 (neither <0xE2> nor"]),
+    # the space is written as U+2581 first, and bytes UTF-8 never holds are never asked for
+    (_spm(TOKENS + [t for t in SPM_BYTES if t not in ("<0x20>", "<0xC0>", "<0xFF>")]), None),
+    (_spm(TOKENS + [t for t in SPM_BYTES if t != "<0x41>"] + ["A"]), None),    # the byte's own text will do
+    ({"tokenizer.ggml.tokens": (TOKENS, V.ARRAY, V.STRING)}, None),          # gpt2 (BPE) spells around gaps
+]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kvs, words", RULES, ids=lambda x: None)
+def test_values_llama_cpp_aborts_or_hangs_on_later(tmp_path, kvs, words):
+    path = write(tmp_path / "r.gguf", kvs)
+    if words is None:
+        read_header(path)
+    else:
+        refused(path, "not a usable model", *words)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("raw", [struct.pack("<f", NAN), struct.pack("<f", -1.0)], ids=["nan", "-1"])
+def test_a_bad_epsilon_written_over_the_file_is_refused(good, raw):
+    # the gguf package writes what it is given; the rewrite puts the raw bytes of a
+    # damaged copy in place, as the issue's files had them
+    bad = _with_value(good, f"{ARCH}.attention.layer_norm_rms_epsilon", F32_TYPE, raw)
+    refused(bad, f"{ARCH}.attention.layer_norm_rms_epsilon is ")
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model, words", [("none", "'none', no tokenizer"), ("no_vocab", "'no_vocab', no tokenizer"),
+                                          ("gpt2", None)])
+def test_a_model_without_a_tokenizer_cannot_read_prompts(tmp_path, model, words):
+    # Such a file is a draft's (a gemma4-assistant reads the target's tokens), so it
+    # passes read_header; it is refused as the model a session reads prompts with.
+    header = read_header(write(tmp_path / "n.gguf", {"tokenizer.ggml.model": (model, V.STRING)}))
+    if words is None:
+        gguf_file.check_tokenizer(header)
+        return
+    with pytest.raises(ModelLoadError, match=words):
+        gguf_file.check_tokenizer(header)
+
+
+@pytest.mark.fast
+def test_a_delta_net_inner_size_must_match_its_tensors(tmp_path):
+    import tiny_nextn
+    path = tiny_nextn.write_target(tmp_path / "q.gguf", nextn=False)
+    read_header(path)
+    bad = _with_value(path, "qwen35.ssm.inner_size", V.UINT32, struct.pack("<I", 64))
+    refused(bad, "qwen35.ssm.inner_size is 64, but tensor 'blk.0.ssm_out.weight' is 32 wide")
+
+
+def _demo_with(tmp_path, key, vtype, raw):
+    source = gguf_mutants.parse(gguf_mutants.demo_path())
+    kvs = [kv if kv.key != key else gguf_mutants.KV(key, vtype, raw) for kv in source.kvs]
+    out = tmp_path / "demo-mutant.gguf"
+    gguf_mutants.Mutant(0, "issue-36", key, kvs=kvs).write(source, out)
+    return out
+
+
+@pytest.mark.parametrize("key, vtype, raw, words", [
+    ("tokenizer.ggml.model", gguf_mutants.STRING, gguf_mutants.encode_string("none"),
+     "tokenizer.ggml.model is 'none', no tokenizer"),
+    ("llama.attention.layer_norm_rms_epsilon", F32_TYPE, struct.pack("<f", NAN),
+     "llama.attention.layer_norm_rms_epsilon is nan, not a finite number"),
+    ("llama.attention.layer_norm_rms_epsilon", F32_TYPE, struct.pack("<f", -1.0),
+     "llama.attention.layer_norm_rms_epsilon is -1.0; it must be 0 or more"),
+], ids=["tokenizer-none", "epsilon-nan", "epsilon-minus-1"])
+def test_the_issues_damaged_demo_models_are_clear_errors_from_infer(cli, tmp_path, key, vtype, raw, words):
+    """The three copies of the demo model that killed ``geniex infer`` with SIGABRT
+    inside llama.cpp (issue 36)."""
+    path = _demo_with(tmp_path, key, vtype, raw)
+    proc = cli("infer", path, "-p", "hi", "--max-tokens", "4")
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == f"error: {path} is not a usable model: {words}" + last.split(words, 1)[1], last
