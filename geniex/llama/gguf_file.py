@@ -522,6 +522,7 @@ def _check_model(header):
                 raise _Bad(f"{k}attention.{name} is {given}")
         head_k = key_length if key_length is not None else n_embd // heads[0]
     _check_rope_dims(meta, k, head_k)
+    _check_rope_sections(meta, k, head_k)
     for suffix, least in INT_MINIMUMS.items():
         value = _int(meta, k + suffix)
         if value is not None and value < least:
@@ -569,6 +570,24 @@ def _check_rope_dims(meta, k, head_k):
         if dims < 2 or dims % 2:
             raise _Bad(f"{shown(k + name)} is {dims}; llama.cpp rotates an even number of dimensions, "
                        "at least 2 (it aborts or hangs on this one)")
+
+
+def _check_rope_sections(meta, k, head_k):
+    """M-RoPE's sections (text, height, width, extra): ggml's multi-section rope asserts
+    that one of the first three is positive and that together they fit in a head."""
+    key = k + "rope.dimension_sections"
+    value = meta.get(key)
+    if value is None:
+        return
+    if isinstance(value, ArrayLength) or not isinstance(value, (list, int)) or isinstance(value, bool):
+        raise _Bad(f"{shown(key)} is {_kind(value)}, not 4 whole numbers")
+    sections = value if isinstance(value, list) else [value] * 4
+    if len(sections) > 4 or not all(isinstance(v, int) and not isinstance(v, bool) for v in sections):
+        raise _Bad(f"{shown(key)} is not up to 4 whole numbers")
+    if not any(v > 0 for v in sections[:3]):
+        raise _Bad(f"{shown(key)} is {sections}; llama.cpp needs one of the first three above 0 (it aborts on this)")
+    if head_k and sum(sections) > head_k:
+        raise _Bad(f"{shown(key)} {sections} adds up to {sum(sections)}, more than an attention head ({head_k})")
 
 
 def _check_delta_net(meta, k, tensors):
