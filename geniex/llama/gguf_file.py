@@ -100,6 +100,10 @@ ROPE_DIMS = (("rope.dimension_count", "attention.key_length"),
 # tokenizer.ggml.model values that make no tokenizer: llama.cpp loads the file, then
 # aborts the first time it is asked to turn text into tokens.
 NO_TOKENIZER = ("none", "no_vocab")
+# Tokenizers whose BOS is "none" unless tokenizer.ggml.bos_token_id names one (llama-vocab's
+# defaults per type; SPM, BPE and WPM default to a token): llama.cpp asserts a BOS exists
+# when add_bos_token asks for one.
+NO_DEFAULT_BOS = ("t5",)
 # Bytes a SentencePiece ("llama") tokenizer may have to spell one by one: every byte
 # that occurs in UTF-8 text, except the space, which it writes as U+2581 first.
 SPM_FALLBACK_BYTES = tuple(b for b in range(0xF5) if b not in (0x20, 0xC0, 0xC1))
@@ -649,7 +653,12 @@ def _check_vocabulary(meta, unspelled_bytes=()):
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is None:
         return
-    if meta.get("tokenizer.ggml.model") == "llama" and unspelled_bytes:
+    model = meta.get("tokenizer.ggml.model")
+    if (model in NO_DEFAULT_BOS and meta.get("tokenizer.ggml.add_bos_token") is True
+            and "tokenizer.ggml.bos_token_id" not in meta):
+        raise _Bad(f"tokenizer.ggml.add_bos_token is true, but a {model!r} vocabulary has no BOS token unless "
+                   "tokenizer.ggml.bos_token_id names one (llama.cpp aborts on the first prompt)")
+    if model == "llama" and unspelled_bytes:
         b = unspelled_bytes[0]
         raise _Bad(f"tokenizer.ggml.model is 'llama' (SentencePiece), but the vocabulary has no token for byte "
                    f"0x{b:02X} (neither <0x{b:02X}> nor the byte itself), and {len(unspelled_bytes) - 1} more; "

@@ -500,6 +500,8 @@ RULES = [
     (_spm(TOKENS + [t for t in SPM_BYTES if t not in ("<0x20>", "<0xC0>", "<0xFF>")]), None),
     (_spm(TOKENS + [t for t in SPM_BYTES if t != "<0x41>"] + ["A"]), None),    # the byte's own text will do
     ({"tokenizer.ggml.tokens": (TOKENS, V.ARRAY, V.STRING)}, None),          # gpt2 (BPE) spells around gaps
+    ({"tokenizer.ggml.model": ("t5", V.STRING), "tokenizer.ggml.add_bos_token": (True, V.BOOL)}, None),
+    ({"tokenizer.ggml.model": ("gpt2", V.STRING), "tokenizer.ggml.add_bos_token": (True, V.BOOL)}, None),
 ]
 
 
@@ -511,6 +513,19 @@ def test_values_llama_cpp_aborts_or_hangs_on_later(tmp_path, kvs, words):
         read_header(path)
     else:
         refused(path, "not a usable model", *words)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model, refuse", [("t5", True), ("gpt2", False), ("llama", False)])
+def test_a_bos_the_tokenizer_cannot_have(tmp_path, model, refuse):
+    # BOS asked for, and none named: SPM and BPE default to a token, UGM ('t5') to none
+    kvs = {"tokenizer.ggml.model": (model, V.STRING), "tokenizer.ggml.add_bos_token": (True, V.BOOL),
+           "tokenizer.ggml.tokens": (TOKENS + SPM_BYTES, V.ARRAY, V.STRING)}
+    path = write(tmp_path / "b.gguf", kvs, drop=["tokenizer.ggml.bos_token_id"])
+    if refuse:
+        refused(path, "add_bos_token is true, but a 't5' vocabulary has no BOS token")
+    else:
+        read_header(path)
 
 
 @pytest.mark.fast
