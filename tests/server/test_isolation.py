@@ -105,8 +105,9 @@ def test_an_answer_cancelled_before_the_worker_starts_it_does_not_run(server):
 # -- a model that aborts llama.cpp ---------------------------------------------------------
 def _spm_mutant(dest):
     """The demo model with ``tokenizer.ggml.model = "llama"``: a SentencePiece vocabulary
-    without byte tokens, which passes geniex's checks and loads, and then aborts
-    llama.cpp (an uncaught std::out_of_range, SIGABRT) on the first newline it tokenizes."""
+    without byte tokens, which loads and then aborts llama.cpp (an uncaught
+    std::out_of_range, SIGABRT) on the first newline it tokenizes. geniex's validator
+    refuses it (issue 36), so the test below turns that one rule off in the worker."""
     src = gguf_mutants.parse(gguf_mutants.demo_path())
     kvs = [gguf_mutants.KV(kv.key, gguf_mutants.STRING, gguf_mutants.encode_string("llama"), "llama")
            if kv.key == "tokenizer.ggml.model" else kv for kv in src.kvs]
@@ -114,12 +115,30 @@ def _spm_mutant(dest):
     return dest
 
 
-def test_a_model_that_aborts_llamacpp_is_a_load_error_and_the_server_stays_up(tmp_path, data_dir):
+# Imported by the worker's interpreter at start (a sitecustomize on its PYTHONPATH): its
+# validator no longer looks at SentencePiece byte tokens, so the file reaches llama.cpp.
+UNCHECKED_BYTES = """
+from geniex.llama import gguf_file
+gguf_file.SPM_FALLBACK_BYTES = ()
+"""
+
+
+def test_a_model_that_aborts_llamacpp_is_a_load_error_and_the_server_stays_up(tmp_path, data_dir, monkeypatch):
+    from geniex.errors import ModelLoadError
     from geniex.llama.gguf_file import read_header
     bad = _spm_mutant(tmp_path / "spm.gguf")
-    read_header(bad)        # the premise: our validator passes it (llama.cpp is left to abort)
-    # Stored in process (what `geniex pull --local-path` does; the CLI's pull is tests/store's).
-    Store(data_dir).pull("org/aborts", local_path=bad, out=io.StringIO(), interactive=False)
+    with pytest.raises(ModelLoadError, match="no token for byte"):
+        read_header(bad)    # refused here; the worker below has the rule off
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(UNCHECKED_BYTES)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+    # Stored in process (what `geniex pull --local-path` does; the CLI's pull is tests/store's),
+    # planted past the pull's own check as a tampered data dir would hold it.
+    Store(data_dir).pull("org/aborts", local_path=gguf_mutants.demo_path(), out=io.StringIO(), interactive=False)
+    stored = next((data_dir / "models" / "org" / "aborts").glob("*.gguf"))
+    stored.unlink()
+    stored.write_bytes(bad.read_bytes())
     with AppServer(data_dir, nctx=512) as s:
         r = s.chat(chat_body(model="org/aborts", max_tokens=2))
         assert r.status_code == 422, r.text
