@@ -22,7 +22,11 @@ way a bad disk, a cut download or an attacker would make it:
   aborting llama.cpp or hanging (the last tensor, ``output_norm.weight``, made F16 or
   Q8_1; ``general.alignment = 1``; ``block_count = 0``; heads that do not divide; a
   ``token_type`` length of 2^63-1; every bit of byte 2495, inside the vocabulary; a
-  nested ``range`` loop and a 300 MB chat template).
+  nested ``range`` loop and a 300 MB chat template);
+- ``issue-36``: the next ones, always the same: header values llama.cpp b11549 loads and
+  then aborts on (issue 36): ``tokenizer.ggml.model`` 'none', 'no_vocab' and 'llama'
+  (SentencePiece without byte tokens), a 't5' vocabulary asking for a BOS it has none of,
+  and ``layer_norm_rms_epsilon`` NaN and -1.0.
 
 The same seed gives the same mutants. Mutants are described by a short text and
 materialized one at a time (:func:`Mutant.write`), since each is as large as the source::
@@ -411,6 +415,21 @@ class _Maker:
             out.append((f"chat template: {name}", dict(kvs=kvs)))
         return out
 
+    def regressions_36(self):
+        """The fixed ``issue-36`` mutants: ``(description, change)`` pairs."""
+        out = []
+        for model in ("none", "no_vocab", "llama"):
+            kvs = self._replace("tokenizer.ggml.model", STRING, encode_string(model), model)
+            out.append((f"tokenizer.ggml.model = {model!r}", dict(kvs=kvs)))
+        kvs = self._replace("tokenizer.ggml.model", STRING, encode_string("t5"), "t5")
+        kvs = [kv for kv in kvs if kv.key != "tokenizer.ggml.bos_token_id"]
+        kvs = [kv if kv.key != "tokenizer.ggml.add_bos_token" else KV(kv.key, 7, b"\1", True) for kv in kvs]
+        out.append(("tokenizer.ggml.model = 't5', add_bos_token true, no bos_token_id", dict(kvs=kvs)))
+        key = f"{self.s.arch}.attention.layer_norm_rms_epsilon"
+        for value in (float("nan"), -1.0):
+            out.append((f"{key} = {value}", dict(kvs=self._replace(key, 6, encode_scalar(6, value), value))))
+        return out
+
     def _labelled(self, label):
         return next(f for f in self.s.fields if f.label == label)
 
@@ -431,13 +450,13 @@ KINDS = {
 
 def mutants(source, count, seed):
     """``count`` mutants of ``source`` (a Source), the same for the same seed: the
-    ``issue-21`` ones first, then seeded ones."""
+    ``issue-21`` and ``issue-36`` ones first, then seeded ones."""
     rng = random.Random(seed)
     maker = _Maker(source, rng)
     names = list(KINDS)
     weights = [KINDS[k][1] for k in names]
-    out = [Mutant(i, "issue-21", description, **change)
-           for i, (description, change) in enumerate(maker.regressions()[:count])]
+    fixed = [("issue-21", *r) for r in maker.regressions()] + [("issue-36", *r) for r in maker.regressions_36()]
+    out = [Mutant(i, kind, description, **change) for i, (kind, description, change) in enumerate(fixed[:count])]
     for index in range(len(out), count):
         kind = rng.choices(names, weights)[0]
         description, change = getattr(maker, KINDS[kind][0])()
