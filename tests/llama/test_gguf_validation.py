@@ -584,3 +584,18 @@ def test_the_issues_damaged_demo_models_are_clear_errors_from_infer(cli, tmp_pat
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     last = proc.stderr.strip().splitlines()[-1]
     assert last == f"error: {path} is not a usable model: {words}" + last.split(words, 1)[1], last
+
+
+def test_a_vocabulary_without_a_tokenizer_refuses_text_instead_of_aborting(tmp_path):
+    # The guard behind the session's check: a no_vocab file loaded on its own (as an
+    # MTP draft is) says it cannot tokenize, where llama_tokenize would abort.
+    import tiny_gemma4
+    from geniex.errors import GenieXError
+    from geniex.llama.objects import Model
+    model = Model(tiny_gemma4.write_target(tmp_path / "t.gguf", vocab="none"))
+    try:
+        assert not model.vocab.has_tokenizer
+        with pytest.raises(GenieXError, match="no tokenizer"):
+            model.vocab.tokenize("hi")
+    finally:
+        model.close()
