@@ -115,11 +115,27 @@ def _spm_mutant(dest):
     return dest
 
 
-# Imported by the worker's interpreter at start (a sitecustomize on its PYTHONPATH): its
-# validator no longer looks at SentencePiece byte tokens, so the file reaches llama.cpp.
+# Imported by the worker's interpreter at start (a sitecustomize on its PYTHONPATH): when
+# the worker imports its validator (whichever geniex it was started with), the validator
+# no longer looks at SentencePiece byte tokens, so the file reaches llama.cpp.
 UNCHECKED_BYTES = """
-from geniex.llama import gguf_file
-gguf_file.SPM_FALLBACK_BYTES = ()
+import importlib.util, sys
+
+class _Unchecked:
+    def find_spec(self, name, path=None, target=None):
+        if name != "geniex.llama.gguf_file":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.SPM_FALLBACK_BYTES = ()
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Unchecked())
 """
 
 
