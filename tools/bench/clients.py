@@ -19,6 +19,7 @@ import json
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -69,8 +70,9 @@ def code_file(g, tokens):
         names.append(f"{g.choice(VERBS)}_{g.choice(NOUNS)}")
         out += [f"def {names[-1]}({g.choice(NOUNS)}, {g.choice(NOUNS)}):", f'    """{sentence(g, 10)}."""']
         for _ in range(g.randint(3, 7)):
-            out.append(g.choice(LINES).format(a=g.choice(NOUNS), b=g.choice(NOUNS), v=g.choice(VERBS), n=g.randint(0, 999),
-                                              f=f"{g.choice(VERBS)}_{g.choice(NOUNS)}", s=sentence(g, 8)))
+            out.append(g.choice(LINES).format(a=g.choice(NOUNS), b=g.choice(NOUNS), v=g.choice(VERBS),
+                                              n=g.randint(0, 999), f=f"{g.choice(VERBS)}_{g.choice(NOUNS)}",
+                                              s=sentence(g, 8)))
         out += [f"    return {g.choice(NOUNS)}", ""]
     return "\n".join(out), g.choice(names)
 
@@ -89,7 +91,7 @@ def follow_up(conv, answer, g, fn):
 
 
 def short_conv(g):
-    """A ~30-token prompt (the template's own system turn included)."""
+    """A short question: a ~40-token prompt, the template's own system turn included."""
     return [{"role": "user", "content": f"In one line: why would {sentence(g, 6).lower()}?"}]
 
 
@@ -154,7 +156,8 @@ def same_alone(url, convs, replies, n):
 # -- scenarios: each returns its figures, by row ---------------------------------------------
 def cold(url, r, z):
     reply = ask(url, long_conv(rng(r, "cold", "A"), z.file)[0], z.answer)
-    return {"TTFT s": reply.ttft, "prompt tokens": reply.prompt_tokens, "prompt tok/s": reply.processed / reply.ttft}
+    return {"TTFT s": reply.ttft, "prompt tokens": reply.prompt_tokens, "prompt computed": reply.processed,
+            "prompt tok/s": reply.prompt_tokens / reply.ttft}
 
 
 def returning(url, r, z):
@@ -197,7 +200,6 @@ SCENARIOS = {
     "four-short": (four_short, "four short questions (32-token answers) sent at the same moment"),
     "subagent": (subagent, "A's first turn, a short subagent request, then A's next turn"),
 }
-HIGHER_IS_BETTER = {"prompt tok/s"}
 
 
 # -- the servers ---------------------------------------------------------------------------
@@ -218,9 +220,6 @@ class Served:
         self.url = found.group(0)
         # Drained so that a chatty server never blocks on a full pipe.
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-
-    def props(self):
-        return requests.get(self.url + "/props", timeout=60).json()
 
     def close(self):
         # llama.cpp's side ends when its stdin closes; geniex's ends on SIGTERM.
@@ -270,7 +269,7 @@ def settings(llamacpp):
     """What each side ran, as far as it says: llama.cpp's slots and context from /props,
     its threads from its log; geniex's from its defaults (every physical core)."""
     from geniex.config import physical_cores
-    props = llamacpp.props()
+    props = requests.get(llamacpp.url + "/props", timeout=60).json()
     threads = re.findall(r"n_threads = (\d+)", llamacpp.log.read_text(errors="replace"))
     return {"geniex": "geniex serve at its defaults: nctx 4096, q8_0 KV cache, 512-row prompt micro-batches, "
                       "prompts reused, conversations kept in host memory (--cache-ram 8192), one answer at a "
@@ -301,7 +300,7 @@ def table(name, rounds):
                        f"{sum(a for a, _ in n)}/{sum(b for _, b in n)} | |")
             continue
         ratios = [a / b for a, b in zip(g, n) if b]
-        better = "higher" if row in HIGHER_IS_BETTER else "lower" if row.endswith(" s") else ""
+        better = "higher" if row.endswith("/s") else "lower" if row.endswith(" s") else ""
         ratio = f"{statistics.median(ratios):.2f}" + (f" ({better} is better)" if better else "") if ratios else ""
         out.append(f"| {row} | {statistics.median(g):.3g} | {statistics.median(n):.3g} | {ratio} |")
     return "\n".join(out)
@@ -327,6 +326,8 @@ def main(argv=None):
     if model_path is None:
         raise SystemExit(f"the demo model is not installed: {INSTALL_HINT}")
 
+    # A terminated run still stops both servers (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     cpus, workdir = os.cpu_count() or 1, Path(tempfile.mkdtemp(prefix="geniex-clients-"))
     load_start, rounds, servers = os.getloadavg()[0], [], []
     try:
@@ -347,8 +348,9 @@ def main(argv=None):
                     figures.setdefault(s.name, {})[name] = SCENARIOS[name][0](s.url, r, sizes)
             figures["load_after"] = os.getloadavg()[0]
             rounds.append(figures)
+            busy = busy_warnings(figures["load_before"], [figures["load_after"]], [], cpus, {})
             print(f"# round {r + 1}/{n_rounds}: load average {figures['load_before']:.2f} -> "
-                  f"{figures['load_after']:.2f}", flush=True)
+                  f"{figures['load_after']:.2f}" + (" (busy: its figures are doubtful)" if busy else ""), flush=True)
     finally:
         for s in servers:
             s.close()
