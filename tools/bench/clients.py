@@ -331,8 +331,10 @@ def main(argv=None):
     cpus, workdir = os.cpu_count() or 1, Path(tempfile.mkdtemp(prefix="geniex-clients-"))
     load_start, rounds, servers = os.getloadavg()[0], [], []
     try:
-        # One after the other, so that neither's load competes with the other's.
-        servers = [start_geniex(workdir), start_llamacpp(workdir, model_path)]
+        # One after the other, so that neither's load competes with the other's (and the
+        # first is stopped below if the second fails to start).
+        servers.append(start_geniex(workdir))
+        servers.append(start_llamacpp(workdir, model_path))
         for s in servers:
             ask(s.url, short_conv(random.Random("warm")), 2)        # loads geniex's model
         ran = settings(servers[1])
