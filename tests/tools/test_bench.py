@@ -166,3 +166,18 @@ def test_a_quick_bench_run_measures_both_sides(tmp_path, calibration_cache):
     curves = [v["costs"] for v in json.loads(calibration_cache.read_text()).values() if isinstance(v, dict)]
     assert data["meta"]["policy_verify_cost"]["ours ngram-mod"] in curves
     assert "## Ratios" in proc.stdout and "geniex ngram-mod / geniex plain" in proc.stdout
+
+
+def test_a_quick_clients_run_lists_both_servers(tmp_path):
+    """clients.py's cold scenario, quick (one ~340-token first turn per server, a few
+    seconds): both servers answer, the table has both columns, the JSON both sides."""
+    out = tmp_path / "clients.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "clients.py"), "--quick", "--scenarios", "cold",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| | geniex | llama.cpp | geniex / llama.cpp |" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| TTFT s |"))
+    assert re.match(r"\| TTFT s \| [\d.]+ \| [\d.]+ \| [\d.]+ ", row), row
+    (cold,) = [x for x in json.loads(out.read_text())["rounds"]]
+    assert {side: cold[side]["cold"]["prompt tokens"] > 300 for side in ("geniex", "llama.cpp")} == \
+        {"geniex": True, "llama.cpp": True}
