@@ -105,6 +105,8 @@ class Session:
         self._warm_up()
         governor = self._thread_governor()
         self.policy = self._draft_policy(governor)
+        if governor is not None:
+            governor.settle(self._decode_one)
         self.ctx.governor = governor
 
     def _load_model(self, path):
@@ -195,6 +197,10 @@ class Session:
         # The first decode pays for graph allocation and weight repacking; do it at load
         # (as llama.cpp's tools do) so time-to-first-token measures the answer. The MTP
         # draft context already exists: it must be made before the target decodes.
+        self._decode_one()
+
+    def _decode_one(self):
+        """One one-row decode at position 0, undone (warm-up and thread timing)."""
         tok = self.vocab.bos if self.vocab.bos >= 0 else 0
         self.ctx.decode(self.batch.fill([tok], 0))
         self.ctx.clear()

@@ -17,12 +17,19 @@ probe runs on one-row decodes only: it starts at the next one-row decode once du
 ends before a batch of several rows (a verify batch of 8-16 rows on the slower setting
 cost an answer several one-row decodes).
 Probes grow rarer while the answer stays the same (up to every :data:`MAX_INTERVAL`
-decodes), so on a quiet machine they cost well under 1%. The
+decodes), so on a quiet machine they cost well under 1%; a probe that loses by more
+than :data:`ABORT` ends at its first decode (the one that wakes the threads) and puts the
+next one four times as far (the every-core probes beside a busy neighbour cost 6x a
+one-thread decode each). Before the first answer, :meth:`ThreadGovernor.settle` times a
+one-row decode on both settings and starts on the faster, so a short answer beside a
+neighbour does not spend its first decodes finding out. The
 thread count is changed with ``llama_set_n_threads`` (no reallocation). With a quantized
 KV cache the thread count does not change a single bit of the logits
 (tests/llama/test_kv_cache_types.py), so switching never changes an answer; the session
 attaches a governor only then.
 """
+import time
+
 PROBE_EVERY = 24      # decodes between probes of the other setting, at first
 FIRST_PROBE = 8       # ... except the first probe, this soon after the context's first decode
 MAX_INTERVAL = 384    # ... and at most, after probes that changed nothing
@@ -30,6 +37,8 @@ PROBE_LEN = 4         # decodes per probe (the first is not measured)
 MARGIN = 0.85         # switch when the other setting takes less than this share of the time
 ABORT = 1.5           # a probe whose measured decode takes this many times the current
                       # setting's stops there (a busy neighbour makes every-core decodes 2-3x)
+SETTLE_DECODES = 2    # measured decodes per setting before the first answer (a neighbour's
+                      # time slices make a single one noisy)
 ALPHA = 0.3           # weight of a new measurement in a running estimate
 ROW_COST = 0.5        # extra cost of a batch row, in one-row decodes (only to compare sizes)
 MAX_ROWS = 16         # larger batches (prompt chunks) are not measured: they scale differently
@@ -59,6 +68,13 @@ class ThreadGovernor:
         """A decode of ``rows`` rows took ``seconds``."""
         if self.skip:
             self.skip = False              # the first decode after a change wakes threads up
+            current = self.estimate[self.mode]
+            if self.probe_left and current is not None and seconds > ABORT * current * (1 + ROW_COST * (rows - 1)):
+                # Even a wake-up decode this slow says enough: the probe loses.
+                self.probe_left = 0
+                self.interval = min(self.interval * 4, MAX_INTERVAL)
+                self._use(self.mode)
+                return
         elif rows <= MAX_ROWS:
             per_row = seconds / (1 + ROW_COST * (rows - 1))
             old = self.estimate[self.active]
@@ -70,6 +86,7 @@ class ThreadGovernor:
             # decodes per decode: one measured decode that loses by that much is enough.
             if probe is not None and current is not None and probe > ABORT * current:
                 self.probe_left = 0
+                self.interval = min(self.interval * 2, MAX_INTERVAL)    # and doubled again below
             if not self.probe_left:
                 self._decide()
             return
@@ -77,6 +94,28 @@ class ThreadGovernor:
         if self.count >= self.interval:
             self.count = 0
             self.due = True
+
+    def settle(self, decode):
+        """Start on the faster setting: ``decode()`` runs one one-row decode (the caller
+        undoes it); called before the first answer, right after a decode on every core
+        (the load's warm-up) so that every core's threads are awake."""
+        other = "one" if self.mode == "all" else "all"
+        times = {}
+        for mode in (self.mode, other):
+            self._use(mode)
+            if self.skip:
+                decode()                   # wakes the threads
+                self.skip = False
+            t0 = time.perf_counter()
+            for _ in range(SETTLE_DECODES):
+                decode()
+            times[mode] = (time.perf_counter() - t0) / SETTLE_DECODES
+        self.estimate.update(times)
+        if times[other] < MARGIN * times[self.mode]:
+            self.mode = other
+            self.switches += 1
+        self._use(self.mode)
+        self.count = 0                     # measured now: the first probe comes a whole interval later
 
     def before(self, rows):
         """A decode of ``rows`` rows is about to run: start a due probe if it is one row,

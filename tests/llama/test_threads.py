@@ -55,13 +55,15 @@ def test_probes_run_on_one_row_decodes_only():
     one-row decodes: a due probe waits for a one-row decode, and a batch ends a probe."""
     ctx = Recorder()
     g = ThreadGovernor(ctx, 2, 2)
-    quiet = {"all": 0.006, "one": 0.011}
+    # One thread slower, but not by ABORT (which would end the probe at its first decode).
+    quiet = {"all": 0.006, "one": 0.008}
     feed(g, quiet, threads.FIRST_PROBE)                 # a probe is due now...
-    feed(g, quiet, 5, rows=8)                           # ... and waits through batches
+    batch8 = {k: v * (1 + threads.ROW_COST * 7) for k, v in quiet.items()}
+    feed(g, batch8, 5, rows=8)                          # ... and waits through batches
     assert ctx.calls == [] and g.active == "all"
     feed(g, quiet, 1)                                   # the next one-row decode starts it
     assert ctx.calls == [(1, 1)] and g.active == "one" and g.probe_left
-    feed(g, quiet, 1, rows=8)                           # a batch ends it, on every core
+    feed(g, batch8, 1, rows=8)                          # a batch ends it, on every core
     assert ctx.calls == [(1, 1), (2, 2)] and g.active == "all" and not g.probe_left
     assert g.mode == "all"
     # Over a speculative answer's mix of one-row steps and batches, no batch ran on one thread.
@@ -147,3 +149,32 @@ def test_under_a_busy_neighbour_probes_of_every_core_stop_at_one_measured_decode
         g.observe(1, {"all": 0.020, "one": 0.0075}[g.active])
     assert g.mode == "one"
     assert on_all <= threads.FIRST_PROBE + threads.PROBE_LEN + 2 * 6    # discovery + ~6 probes
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("times, start", [({"all": 0.006, "one": 0.011}, "all"), ({"all": 0.020, "one": 0.0075}, "one")])
+def test_settle_starts_on_the_faster_setting(times, start):
+    """Before the first answer: one-row decodes timed on both settings (after a wake-up
+    decode on the other), so a short answer beside a busy neighbour starts on one thread."""
+    import time
+    ctx = Recorder()
+    g = ThreadGovernor(ctx, 2, 2)
+    g.settle(lambda: time.sleep(times[g.active]))
+    assert g.mode == start and g.active == start
+    assert ctx.calls[0] == (1, 1) and ctx.calls[-1] == {"all": (2, 2), "one": (1, 1)}[start]
+
+
+@pytest.mark.fast
+def test_a_probe_that_loses_badly_ends_at_its_wake_up_decode_and_backs_off_fourfold():
+    ctx = Recorder()
+    g = ThreadGovernor(ctx, 2, 2)
+    busy = {"all": 0.045, "one": 0.0075}        # every core beside a neighbour: 6x one thread
+    g.estimate["one"], g.mode = busy["one"], "one"
+    g._use("one")
+    g.skip = False
+    interval = g.interval
+    feed(g, busy, g.interval)                   # a probe of every core is due
+    feed(g, busy, 1)                            # its first decode (the wake-up) ...
+    assert g.active == "one" and not g.probe_left          # ... ended it
+    assert g.interval == 4 * interval
+    assert ctx.calls[-2:] == [(2, 2), (1, 1)]
