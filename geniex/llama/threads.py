@@ -20,7 +20,10 @@ Probes grow rarer while the answer stays the same (up to every :data:`MAX_INTERV
 decodes), so on a quiet machine they cost well under 1%; a probe that loses by more
 than :data:`ABORT` ends at its first decode (the one that wakes the threads) and puts the
 next one four times as far (the every-core probes beside a busy neighbour cost 6x a
-one-thread decode each). Before the first answer, :meth:`ThreadGovernor.settle` times a
+one-thread decode each), and a probe of every core waits while another task is runnable
+(:func:`others_running`), while on every core a task runnable at two looks in a row brings
+the next probe of one thread forward (a neighbour that arrives after a long quiet spell is
+found within 2 x :data:`LOOK_EVERY` decodes, not :data:`MAX_INTERVAL`). Before the first answer, :meth:`ThreadGovernor.settle` times a
 one-row decode on both settings and starts on the faster, so a short answer beside a
 neighbour does not spend its first decodes finding out. The
 thread count is changed with ``llama_set_n_threads`` (no reallocation). With a quantized
@@ -37,6 +40,7 @@ PROBE_LEN = 4         # decodes per probe (the first is not measured)
 MARGIN = 0.85         # switch when the other setting takes less than this share of the time
 ABORT = 1.5           # a probe whose measured decode takes this many times the current
                       # setting's stops there (a busy neighbour makes every-core decodes 2-3x)
+LOOK_EVERY = 2        # on every core, look this often (decodes) for another runnable task (a neighbour)
 SETTLE_DECODES = 2    # measured decodes per setting before the first answer (a neighbour's
                       # time slices make a single one noisy)
 ALPHA = 0.3           # weight of a new measurement in a running estimate
@@ -62,6 +66,7 @@ class ThreadGovernor:
         self.probe_left = 0
         self.due = False               # a probe waits for the next one-row decode
         self.skip = False
+        self.seen = 0                  # looks in a row that found another runnable task
         self.switches = 0              # how often it changed setting (tests read it)
 
     def observe(self, rows, seconds):
@@ -91,8 +96,12 @@ class ThreadGovernor:
                 self._decide()
             return
         self.count += 1
-        if self.count >= self.interval:
-            self.count = 0
+        if self.mode == "all" and self.count % LOOK_EVERY == 0:
+            # On every core, a task runnable at two looks in a row is likely a neighbour
+            # that arrived: try one thread now rather than after a long quiet interval.
+            self.seen = self.seen + 1 if (others_running() or 0) > 0 else 0
+        if self.count >= self.interval or self.seen >= 2:
+            self.count = self.seen = 0
             self.due = True
 
     def settle(self, decode):
@@ -127,6 +136,10 @@ class ThreadGovernor:
         elif self.due:
             self.due = False
             other = "one" if self.mode == "all" else "all"
+            if other == "all" and (others_running() or 0) > 0:
+                # Another task is runnable right now: every core would share one with it,
+                # and the probe would cost several one-thread decodes to learn that.
+                return                     # (counted from here: a whole interval later)
             self.estimate[other] = None    # a probe measures afresh: the machine may have changed
             self._use(other)
             self.probe_left = PROBE_LEN
@@ -149,3 +162,13 @@ class ThreadGovernor:
             self.ctx.set_threads(*self.settings[mode])
             self.active = mode
             self.skip = True
+
+
+def others_running():
+    """How many tasks besides the caller are runnable right now, machine-wide (Linux's
+    /proc/loadavg), or None where the system does not say. A busy neighbour is one."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        return None

@@ -9,6 +9,15 @@ from geniex.llama.threads import ThreadGovernor
 pytestmark = pytest.mark.all_cores
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    """The governor's tests decide what the machine shows (other runnable tasks: none),
+    whatever else runs beside the suite."""
+    real = threads.others_running
+    monkeypatch.setattr(threads, "others_running", lambda: 0)
+    return real
+
+
 class Recorder:
     """Stands in for a context's ``set_threads`` to record the governor's choices."""
 
@@ -178,3 +187,50 @@ def test_a_probe_that_loses_badly_ends_at_its_wake_up_decode_and_backs_off_fourf
     assert g.active == "one" and not g.probe_left          # ... ended it
     assert g.interval == 4 * interval
     assert ctx.calls[-2:] == [(2, 2), (1, 1)]
+
+
+@pytest.mark.fast
+def test_a_probe_of_every_core_waits_while_another_task_is_runnable(monkeypatch):
+    ctx = Recorder()
+    g = ThreadGovernor(ctx, 2, 2)
+    g.estimate["one"], g.mode = 0.0075, "one"
+    g._use("one")
+    g.skip = False
+    monkeypatch.setattr(threads, "others_running", lambda: 1)     # a neighbour runs
+    feed(g, {"all": 0.045, "one": 0.0075}, 10 * threads.MAX_INTERVAL)
+    assert ctx.calls == [(1, 1)]                                   # never tried every core
+    monkeypatch.setattr(threads, "others_running", lambda: 0)     # it left
+    feed(g, {"all": 0.004, "one": 0.0075}, g.interval + threads.PROBE_LEN + 1)
+    assert g.mode == "all"
+
+
+@pytest.mark.fast
+def test_others_running_reads_the_machine(quiet_machine):
+    import subprocess, sys
+    n = quiet_machine()
+    assert n is None or n >= 0
+    if n is not None:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            import time
+            time.sleep(0.3)
+            assert quiet_machine() >= 1
+        finally:
+            busy.kill()
+            busy.wait()
+
+
+@pytest.mark.fast
+def test_a_neighbour_arriving_after_a_long_quiet_spell_is_found_soon(monkeypatch):
+    ctx = Recorder()
+    g = ThreadGovernor(ctx, 2, 2)
+    feed(g, {"all": 0.006, "one": 0.011}, 3000)                    # quiet: probes as rare as they get
+    assert g.interval == threads.MAX_INTERVAL and g.mode == "all"
+    monkeypatch.setattr(threads, "others_running", lambda: 1)     # a neighbour arrives
+    slow = {"all": 0.045, "one": 0.0075}
+    on_all = 0
+    for _ in range(100):
+        on_all += g.active == "all"
+        g.before(1)
+        g.observe(1, slow[g.active])
+    assert g.mode == "one" and on_all <= 2 * threads.LOOK_EVERY
