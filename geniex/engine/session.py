@@ -300,10 +300,15 @@ class Session:
         if not isinstance(self.policy, policy.FixedPolicy) or self.options.spec.policy != "auto":
             return
         governor, self.ctx.governor = self.ctx.governor, None     # calibrating sets threads itself
+        # Measuring decodes on (and empties) the context, which may hold a conversation
+        # the next prompt reuses: keep its state aside and put it back.
+        state = self.ctx.save_state() if self.kv.tokens else None
         try:
             costs, one_row = self._verify_cost(self.threads, self.threads_batch)
         finally:
             self.ctx.governor = governor
+            if state is not None and not self.ctx.load_state(state):
+                self.kv.reset()
         self.policy = policy.GainPolicy(costs, one_row)
 
     def embeddings_context(self):

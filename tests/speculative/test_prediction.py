@@ -66,3 +66,28 @@ def test_the_drafter_continues_and_finds_its_place_after_an_edit():
     history += [15, 16]
     d.observe(history, 10, None, 0, 0)
     assert list(d.propose(history, 10, 2).tokens) == [17]          # "15 16" found again
+
+
+@pytest.mark.uncalibrated
+def test_a_first_prediction_measures_its_policy_without_losing_the_cached_conversation(demo_model, data_dir):
+    """A plain session measures its verify costs when the first prediction comes (an
+    empty calibration cache: a user's first run). Measuring decodes on the context; the
+    conversation it held must come back, or the answer reads an empty cache (it did:
+    a garbled answer, found when the server started reusing cached prompts)."""
+    session = Session(demo_model, LoadOptions(nctx=256, data_dir=data_dir))
+    try:
+        tokens = Conversation(session).prompt_tokens([{"role": "user", "content": PROMPT}])
+        opts = GenOptions(max_tokens=24, sampling=SamplingParams())
+        session.adopt(tokens)
+        want = session.generate(tokens, opts)
+        want.run()
+        assert not (data_dir / "calibration.json").exists()          # nothing measured yet
+        session.adopt(tokens)                                        # the prompt is reused ...
+        got = session.generate(tokens, GenOptions(max_tokens=24, sampling=SamplingParams(),
+                                                  prediction=session.vocab.detokenize(want.tokens)))
+        got.run()
+        assert (data_dir / "calibration.json").exists()              # ... after the policy was measured
+        assert got.stats.prompt_reused == len(tokens) - 1
+        assert got.tokens == want.tokens
+    finally:
+        session.close()
