@@ -252,10 +252,10 @@ def test_a_full_queue_answers_503_with_retry_after(plain):
 
 def test_a_client_that_leaves_during_its_prompt_stops_the_work(plain):
     # In process, the server's log is this process's: the test reads it as the user would.
-    # The server's own context (1,024 cells: no reload) and a prompt of four 128-row chunks
-    # (geniex.llama.kv.PROMPT_CHUNK).
+    # The server's own context (1,024 cells: no reload) and a prompt of two chunks
+    # (geniex.llama.kv.PROMPT_CHUNK rows each).
     plain.chat(chat_body(messages=[]))                               # the model resident first
-    prompt = " ".join(f"item {i} weighs {i * 7 % 13} grams." for i in range(50))    # ~490 tokens
+    prompt = " ".join(f"item {i} weighs {i * 7 % 13} grams." for i in range(90))    # ~880 tokens
     body = json.dumps(chat_body(prompt, max_tokens=1, stream=True)).encode()
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body))

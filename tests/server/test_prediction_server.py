@@ -39,8 +39,9 @@ def test_a_prediction_is_refused_only_where_it_could_change_the_answer(tmp_path,
     from geniex.server.worker import WorkerSession
     opened = WorkerSession.open.__func__
 
-    def open_on_threads(cls, target, options, previous=None):
-        return opened(cls, target, dataclasses.replace(options, threads=threads, threads_batch=threads), previous)
+    def open_on_threads(cls, target, options, previous=None, **kw):
+        return opened(cls, target, dataclasses.replace(options, threads=threads, threads_batch=threads), previous,
+                      **kw)
 
     monkeypatch.setattr(WorkerSession, "open", classmethod(open_on_threads))
     # A fixed draft policy (set at load, by the first request): the prediction is
