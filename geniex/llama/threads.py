@@ -99,7 +99,9 @@ class ThreadGovernor:
         if self.mode == "all" and self.count % LOOK_EVERY == 0:
             # On every core, a task runnable at two looks in a row is likely a neighbour
             # that arrived: try one thread now rather than after a long quiet interval.
-            self.seen = self.seen + 1 if (others_running() or 0) > 0 else 0
+            # Our own decode threads may still be spinning at their barrier, runnable:
+            # only what runs beyond them is another task.
+            self.seen = self.seen + 1 if (others_running() or 0) > self.settings["all"][0] - 1 else 0
         if self.count >= self.interval or self.seen >= 2:
             self.count = self.seen = 0
             self.due = True

@@ -226,11 +226,15 @@ def test_a_neighbour_arriving_after_a_long_quiet_spell_is_found_soon(monkeypatch
     g = ThreadGovernor(ctx, 2, 2)
     feed(g, {"all": 0.006, "one": 0.011}, 3000)                    # quiet: probes as rare as they get
     assert g.interval == threads.MAX_INTERVAL and g.mode == "all"
-    monkeypatch.setattr(threads, "others_running", lambda: 1)     # a neighbour arrives
+    monkeypatch.setattr(threads, "others_running", lambda: 1)     # our own spinning thread only
+    before = ctx.calls.count((1, 1))
+    feed(g, {"all": 0.006, "one": 0.011}, 200)
+    assert g.mode == "all" and ctx.calls.count((1, 1)) <= before + 1
+    monkeypatch.setattr(threads, "others_running", lambda: 2)     # and a neighbour arrives
     slow = {"all": 0.045, "one": 0.0075}
     on_all = 0
     for _ in range(100):
         on_all += g.active == "all"
         g.before(1)
         g.observe(1, slow[g.active])
-    assert g.mode == "one" and on_all <= 2 * threads.LOOK_EVERY
+    assert g.mode == "one" and on_all <= 3 * threads.LOOK_EVERY     # two looks, then the probe
