@@ -14,6 +14,7 @@ writes (the cache's rows do not depend on batch shape: geniex.llama.cache_types
 """
 import collections
 import logging
+import threading
 from dataclasses import dataclass
 
 from geniex.llama.kv import common_prefix
@@ -40,10 +41,14 @@ class PromptCache:
         self.size = 0                                 # bytes held
         self.hits = 0                                 # conversations put back
         self.saved = 0                                # conversations saved
+        # Held by a session's adopt (best, save, restore as one decision): a server's
+        # slots adopt their prompts from their own threads.
+        self.lock = threading.RLock()
 
     def status(self):
         """What /slots and /metrics show: entries, bytes held and the bound, restores."""
-        return {"entries": len(self._entries), "bytes": self.size, "capacity": self.capacity,
+        with self.lock:
+            return {"entries": len(self._entries), "bytes": self.size, "capacity": self.capacity,
                 "restored": self.hits, "saved": self.saved}
 
     def best(self, tokens, owner):

@@ -6,8 +6,10 @@ must be wired to a fresh target context), and answers prompts through the one lo
 :mod:`geniex.engine.loop`. It remembers which tokens are in the KV cache so that a
 follow-up prompt decodes only what is new.
 """
+import contextlib
 import dataclasses
 import logging
+import threading
 from dataclasses import dataclass, field
 
 from geniex import config
@@ -60,6 +62,9 @@ class LoadOptions:
     data_dir: object = None          # where measured verify costs are cached (None: the default)
     memory_budget: int | None = None  # bytes the KV cache may take (None: limits.default_budget())
     cache_ram: int = 0               # bytes of conversations kept in host memory (serve --cache-ram)
+    # Conversations answered at once (serve --parallel): each slot is a sequence of the
+    # target context with a KV stream of nctx tokens, so the KV cache is parallel x nctx.
+    parallel: int = 1
     spec: SpecOptions = field(default_factory=SpecOptions)
 
 
@@ -70,7 +75,7 @@ LOAD_FIELDS = ("nctx", "ngl", "compute", "threads", "cache_type_k", "cache_type_
 REQUEST_LOAD_FIELDS = tuple(f for f in LOAD_FIELDS if f != "threads")
 
 
-def load_options(*layers, spec=None, data_dir=None, memory_budget=None, cache_ram=0):
+def load_options(*layers, spec=None, data_dir=None, memory_budget=None, cache_ram=0, parallel=1):
     """The one place LoadOptions are built from a caller's values: each layer (a
     mapping, e.g. ``vars(args)``, a request body, or the server's defaults) sets the
     :data:`LOAD_FIELDS` it names with a value other than None, later layers over
@@ -83,7 +88,7 @@ def load_options(*layers, spec=None, data_dir=None, memory_budget=None, cache_ra
         if name in values:
             values[name] = values[name].lower()
     return LoadOptions(**values, data_dir=data_dir, memory_budget=memory_budget, cache_ram=cache_ram,
-                       spec=spec or SpecOptions())
+                       parallel=parallel, spec=spec or SpecOptions())
 
 
 class Session:
@@ -92,8 +97,12 @@ class Session:
     Open one with :func:`open_session` (it checks the context size and memory first);
     constructing it directly skips those checks (tests of the engine do)."""
 
-    def __init__(self, path, options=None, *, name=None):
+    def __init__(self, path, options=None, *, name=None, submit=None):
+        """``submit(fn)``, with slots: runs ``fn`` on the thread that loads the model (the
+        slots' decodes then run on it, geniex.engine.batcher); None: a thread of the
+        session's own."""
         self.options = options = options or LoadOptions()
+        self._submit = submit
         if options.nctx is None or options.nctx < 1:
             raise GenieXError(f"--nctx must be a positive number of tokens (got {options.nctx})")
         self.name = name or str(path)
@@ -102,12 +111,20 @@ class Session:
         self._build_drafters()
         self.batch = Batch(N_BATCH)
         self._embd = None                # the embeddings context, made on first use
+        self.embd_lock = threading.Lock()  # held by an embeddings task (a server's slots run tasks at once)
         self._warm_up()
         governor = self._thread_governor()
         self.policy = self._draft_policy(governor)
         if governor is not None:
             governor.settle(self._decode_one)
         self.ctx.governor = governor
+        self.slots = None
+        if self.options.parallel > 1:
+            from geniex.engine.slots import Slots
+            # A slot never measures on the shared context: the costs a prediction's
+            # policy needs are measured now, before any answer.
+            self.verify_costs = self._verify_cost(self.threads, self.threads_batch)
+            self.slots = Slots(self, self.batcher, self._views, self._slot_drafters, self.policy, N_BATCH)
 
     def _load_model(self, path):
         """The library, the devices ``--compute`` picks, and the target model (with its
@@ -135,10 +152,19 @@ class Session:
         # state back only as far as they keep snapshots: one per position a verify may
         # reject, i.e. the longest draft any requested method can make.
         self.n_rs_seq = min(options.spec.longest_draft(), N_BATCH - 1) if self.model.recurrent else 0
-        self.ctx = Context(self.model, n_ctx=options.nctx, n_batch=N_BATCH, n_ubatch=self._micro_batch(),
+        slots = max(1, options.parallel)
+        # With slots, each is a sequence with a KV stream of its own (kv_unified off):
+        # n_ctx is theirs together, and a decode may hold every slot's rows.
+        self.ctx = Context(self.model, n_ctx=options.nctx * slots, n_batch=N_BATCH * slots,
+                           n_ubatch=self._micro_batch(), n_seq_max=slots,
                            n_threads=self.threads, n_threads_batch=self.threads_batch,
                            n_rs_seq=self.n_rs_seq, type_k=options.cache_type_k,
                            type_v=options.cache_type_v)
+        self.batcher, self._views = None, []
+        if slots > 1:
+            from geniex.engine.batcher import Batcher, SlotView
+            self.batcher = Batcher(self.ctx, slots, self._submit)
+            self._views = [SlotView(self.batcher, seq, options.nctx, N_BATCH) for seq in range(slots)]
         self.kv = KvHistory(self.ctx)
         self.kv_owner = None             # whose conversation the KV cache holds (a server's API key)
         self.prompt_cache = PromptCache(options.cache_ram)
@@ -161,10 +187,28 @@ class Session:
         options = self.options
         self.drafter = None
         self.spec_notes = []
+        self._slot_drafters = [None] * len(self._views)
         if not options.spec.enabled:
             return
-        self.drafter, self.spec_notes = build.build(self.target, options.spec, self.n_rs_seq, self.bundled_nextn)
-        if self.drafter is not None and not cache_types.exact_on_threads(
+        if self._views:
+            # One drafter per slot, each drafting for its slot's sequence (an n-gram
+            # method's memory is its slot's; a draft model gets a context per slot).
+            made = [build.build(dataclasses.replace(self.target, ctx=view), options.spec, self.n_rs_seq,
+                                self.bundled_nextn) for view in self._views]
+            self._slot_drafters = [d for d, _ in made]
+            self.spec_notes = made[0][1]
+            if any(d is None for d in self._slot_drafters):
+                for d in self._slot_drafters:
+                    if d is not None:
+                        d.close()
+                self._slot_drafters = [None] * len(self._views)
+                return
+            drafter = self._slot_drafters[0]
+        else:
+            self.drafter, self.spec_notes = build.build(self.target, options.spec, self.n_rs_seq,
+                                                        self.bundled_nextn)
+            drafter = self.drafter
+        if drafter is not None and not cache_types.exact_on_threads(
                 self.ctx.type_k, self.ctx.type_v, self.threads):
             self.spec_notes.append(
                 f"note: a {options.cache_type_k}/{options.cache_type_v} KV cache on {self.threads} threads: "
@@ -184,7 +228,7 @@ class Session:
         before the governor is attached (it would move threads mid-way). A batch row
         costs more on one thread than on every core, so where the governor may move the
         answer to one thread the policy gets that curve too and follows its setting."""
-        if self.drafter is None or self.options.spec.policy != "auto":
+        if not self.speculative or self.options.spec.policy != "auto":
             return policy.FixedPolicy()
         costs, one_row = self._verify_cost(self.threads, self.threads_batch)
         others = {"one": self._verify_cost(1, 1)[0]} if governor else {}
@@ -226,9 +270,21 @@ class Session:
         """Forget the conversation: the next prompt is decoded from scratch. With
         ``drafts``, the drafters also forget what they learned from earlier answers
         (the n-gram methods' memory, which otherwise lasts as long as the session)."""
+        if self.slots is not None:
+            self.slots.forget(drafts)
+            return
         self.kv.reset()
         if drafts and self.drafter is not None:
             self.drafter.forget()
+
+    def seat(self, tokens, owner=None, reuse=None, what=""):
+        """A context manager giving the session one answer to ``tokens`` runs on: the
+        session itself, or with slots (``LoadOptions.parallel``) a slot's
+        :class:`~geniex.engine.slots.SlotSession`, taken for the answer (waiting for a
+        free one) and given back after."""
+        if self.slots is None:
+            return contextlib.nullcontext(self)
+        return self.slots.seat(tokens, owner, reuse, what)
 
     def adopt(self, tokens, owner=None, reuse=None):
         """Make the KV cache ready for a prompt of ``tokens`` asked by ``owner``: keep its
@@ -239,13 +295,14 @@ class Session:
         reuse = self.reuse_exact if reuse is None else reuse
         same = owner == self.kv_owner
         held = common_prefix(self.kv.tokens, tokens) if same and reuse else 0
-        key, shared = self.prompt_cache.best(tokens, owner) if reuse else (None, 0)
-        if len(self.kv.tokens) - held >= MIN_TOKENS or (key is not None and shared > held):
-            self.prompt_cache.save(self.ctx, self.kv.tokens, self.kv_owner)
-        if key is not None and shared > held:
-            self.kv.tokens = self.prompt_cache.restore(self.ctx, key) or []
-        elif not (same and reuse):
-            self.kv.reset()
+        with self.prompt_cache.lock:            # slots adopt from their own threads
+            key, shared = self.prompt_cache.best(tokens, owner) if reuse else (None, 0)
+            if len(self.kv.tokens) - held >= MIN_TOKENS or (key is not None and shared > held):
+                self.prompt_cache.save(self.ctx, self.kv.tokens, self.kv_owner)
+            if key is not None and shared > held:
+                self.kv.tokens = self.prompt_cache.restore(self.ctx, key) or []
+            elif not (same and reuse):
+                self.kv.reset()
         self.kv_owner = owner
 
     # -- answering ---------------------------------------------------------------
@@ -311,6 +368,14 @@ class Session:
                 self.kv.reset()
         self.policy = policy.GainPolicy(costs, one_row)
 
+    def compute(self, fn, *args):
+        """``fn(*args)`` where this session's library work runs: with slots, on their
+        decode thread (geniex.engine.batcher); else here, one caller at a time."""
+        if self.batcher is not None:
+            return self.batcher.call(fn, *args)
+        with self.embd_lock:
+            return fn(*args)
+
     def embeddings_context(self):
         """A context on the same weights that outputs pooled embeddings (the model's own
         pooling), made on first use: one batch of :data:`N_BATCH` rows holds an input."""
@@ -327,14 +392,27 @@ class Session:
         return tasks.run(self, task, cancel)
 
     @property
+    def n_ctx(self):
+        """The context one conversation has (each slot's, with slots)."""
+        return self.ctx.n_ctx // len(self.slots) if self.slots is not None else self.ctx.n_ctx
+
+    @property
     def speculative(self):
-        return self.drafter is not None
+        return self.drafter is not None or any(d is not None for d in getattr(self, "_slot_drafters", ()))
 
     def close(self):
         """Free drafters, context and model (in that order: the MTP draft reads the target)."""
         if self.drafter is not None:
             self.drafter.close()
             self.drafter = None
+        if getattr(self, "slots", None) is not None:
+            self.slots.close()
+            self.slots = None
+        else:
+            for d in getattr(self, "_slot_drafters", ()):
+                if d is not None:
+                    d.close()
+        self._slot_drafters = []
         if getattr(self, "_embd", None) is not None:
             self._embd.close()
             self._embd = None
@@ -344,7 +422,7 @@ class Session:
             self.model.close()
 
 
-def open_session(model, options):
+def open_session(model, options, submit=None):
     """Open a Session on a store-resolved model (a ResolvedModel): the one way every
     caller opens a model (``geniex infer``, the server's worker, :func:`geniex.api.load`).
 
@@ -362,7 +440,7 @@ def open_session(model, options):
         log.warning("%s is multimodal: speculative decoding runs the text path, and image/audio "
                     "content is dropped", model.name)
     options = limits.checked(model, options, budget=options.memory_budget)
-    return Session(model.path, options, name=model.name)
+    return Session(model.path, options, name=model.name, submit=submit)
 
 
 # Architectures with a NextN draft graph (``graph_mtp``) in the b11549 library; only

@@ -330,7 +330,13 @@ def _infill(session, task, cancel):
 
 
 def _decode(session, task, tokens, cancel):
-    """The loop over ``tokens`` for a decoding task: Progress, Piece and Done events."""
+    """The loop over ``tokens`` for a decoding task: Progress, Piece and Done events, on
+    the session or (a session with slots) the slot it seats the answer on."""
+    with session.seat(tokens, task.owner, task.keep_cache, type(task).__name__) as seated:
+        yield from _answer(seated, task, tokens, cancel)
+
+
+def _answer(session, task, tokens, cancel):
     session.adopt(tokens, task.owner, task.keep_cache)
     options = _sampling_for(task.options, session)
     streaming = task.streaming
@@ -453,7 +459,7 @@ def _props(session, task):
     model, vocab = session.model, session.vocab
     pooling = embedding.declared_pooling(model)
     return {
-        "model_path": str(model.path), "n_ctx": session.ctx.n_ctx, "n_ctx_train": model.n_ctx_train,
+        "model_path": str(model.path), "n_ctx": session.n_ctx, "n_ctx_train": model.n_ctx_train,
         "n_vocab": vocab.n_tokens, "n_embd": model.n_embd, "n_params": model.n_params,
         "size": model.size_bytes, "description": model.describe(),
         "chat_template": model.chat_template() or "",
@@ -470,6 +476,10 @@ def _embed(session, task):
     if task.pooled_only and pooling == api.LLAMA_POOLING_TYPE_NONE:
         raise UsageError(f"{session.name} declares pooling none (a vector per token), which OpenAI's "
                          "embeddings endpoint cannot return; use /embeddings", param="input")
+    return session.compute(_embed_inputs, session, task, pooling)    # one embeddings context, one batch
+
+
+def _embed_inputs(session, task, pooling):
     ctx = session.embeddings_context()
     out = []
     for i, item in enumerate(task.inputs):
@@ -486,6 +496,10 @@ def _embed(session, task):
 
 def _rerank(session, task):
     embedding.require_rank(session.model, session.name)
+    return session.compute(_rank, session, task)
+
+
+def _rank(session, task):
     vocab = session.vocab
     ctx = session.embeddings_context()
     sep = vocab.eos
@@ -502,6 +516,11 @@ def _rerank(session, task):
 
 def _logits(session, task):
     ids = _token_ids(session, task.input_ids, "input_ids")
+    with session.seat(ids, object(), False, "LogitsTask") as seated:   # a slot of its own, reset before and after
+        return _logits_on(seated, task, ids)
+
+
+def _logits_on(session, task, ids):
     ctx, batch = session.ctx, session.batch
     n = len(ids)
     if not n:

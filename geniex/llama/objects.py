@@ -5,6 +5,7 @@ and turns the library's NULL / error-code returns into exceptions with a reason.
 """
 import ctypes
 import logging
+import threading
 import time
 
 import numpy as np
@@ -38,6 +39,7 @@ class Vocab:
         self.eog = frozenset(t for t in range(self.n_tokens) if lib.llama_vocab_is_eog(ptr, t))
         self._pieces = {}
         self._buf = ctypes.create_string_buffer(256)
+        self._buf_lock = threading.Lock()    # a server's slots read pieces from their own threads
 
     def tokenize(self, text, add_special=False, parse_special=True):
         """Text -> token ids. ``add_special`` adds BOS where the model wants it."""
@@ -56,15 +58,18 @@ class Vocab:
         """The bytes a token stands for (special tokens rendered), cached per id."""
         cached = self._pieces.get(token)
         if cached is None:
-            n = self._lib.llama_token_to_piece(self.ptr, token, self._buf, len(self._buf), 0, True)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self._lib.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, True)
-                cached = buf.raw[:n]
-            else:
-                cached = self._buf.raw[:n]
+            with self._buf_lock:
+                cached = self._piece(token)
             self._pieces[token] = cached
         return cached
+
+    def _piece(self, token):
+        n = self._lib.llama_token_to_piece(self.ptr, token, self._buf, len(self._buf), 0, True)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._lib.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, True)
+            return buf.raw[:n]
+        return self._buf.raw[:n]
 
     def text(self, token):
         """The token's entry in the vocabulary (as stored, e.g. with U+2581 for spaces)."""
@@ -158,13 +163,13 @@ class Batch:
     a hidden state at once, which ``llama_batch_init`` cannot provide.
     """
 
-    def __init__(self, capacity, n_embd=0):
+    def __init__(self, capacity, n_embd=0, seq=0):
         self.capacity = capacity
         self.tokens = np.zeros(capacity, dtype=np.int32)
         self.pos = np.zeros(capacity, dtype=np.int32)
         self.n_seq_id = np.ones(capacity, dtype=np.int32)
         self.logits = np.zeros(capacity, dtype=np.int8)
-        self._seq0 = (ctypes.c_int32 * 1)(0)
+        self._seq0 = (ctypes.c_int32 * 1)(seq)      # every row's sequence (a server slot's)
         self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * capacity)(*([self._seq0] * capacity))
         self.embd = np.zeros((capacity, n_embd), dtype=np.float32) if n_embd else None
         self.struct = api.llama_batch(
@@ -192,7 +197,12 @@ class Batch:
 
 
 class Context:
-    """An inference context (KV cache, logits) on a model, sequence 0 only.
+    """An inference context (KV cache, logits) on a model.
+
+    Sequence 0 unless told otherwise: a server with several slots gives each its own
+    sequence (``n_seq_max`` > 1), and the library keeps each sequence's cells in a KV
+    stream of its own (``kv_unified`` off), so a sequence's cells stay in position order
+    whatever the others do (geniex.engine.batcher).
 
     ``type_k``/``type_v`` are the KV cache element types, as llama.cpp names them
     (``f16``, ``q8_0``, ... see :mod:`geniex.llama.cache_types`) or ggml type ids. None
@@ -324,36 +334,40 @@ class Context:
                               f"{library.last_problem()}")
         return np.ctypeslib.as_array(ptr, shape=(n,)).copy()
 
-    def trim(self, p0):
+    def trim(self, p0, seq=0):
         """Forget KV positions >= p0 (rejected drafts, an edited conversation)."""
-        if not self.try_trim(p0):
+        if not self.try_trim(p0, seq):
             raise GenieXError(f"could not remove KV positions from {p0}")
 
-    def try_trim(self, p0):
+    def try_trim(self, p0, seq=0):
         """Like :meth:`trim`, returning False where the memory cannot (a recurrent state
         rolled back further than it keeps snapshots)."""
-        return bool(self._lib.llama_memory_seq_rm(self.mem, 0, p0, -1))
+        return bool(self._lib.llama_memory_seq_rm(self.mem, seq, p0, -1))
 
-    def clear(self):
-        """Empty the KV cache."""
-        self._lib.llama_memory_clear(self.mem, True)
+    def clear(self, seq=None):
+        """Empty the KV cache (``seq``: that sequence's cells only)."""
+        if seq is None:
+            self._lib.llama_memory_clear(self.mem, True)
+        else:
+            self._lib.llama_memory_seq_rm(self.mem, seq, -1, -1)
 
-    def save_state(self):
-        """Sequence 0's state (its KV cells, a recurrent state) as bytes, to be put back
+    def save_state(self, seq=0):
+        """A sequence's state (its KV cells, a recurrent state) as bytes, to be put back
         by :meth:`load_state` (llama_state_seq_get_data)."""
-        size = self._lib.llama_state_seq_get_size(self.ptr, 0)
+        size = self._lib.llama_state_seq_get_size(self.ptr, seq)
         buf = (ctypes.c_uint8 * size)()
-        written = self._lib.llama_state_seq_get_data(self.ptr, buf, size, 0)
+        written = self._lib.llama_state_seq_get_data(self.ptr, buf, size, seq)
         return bytes(memoryview(buf)[:written])
 
-    def load_state(self, data):
-        """Put back a state :meth:`save_state` gave (the cache is cleared first); False
-        when the library refused it (the cache is then empty)."""
-        self.clear()
+    def load_state(self, data, seq=0):
+        """Put back a state :meth:`save_state` gave (the sequence is emptied first); False
+        when the library refused it (the sequence is then empty)."""
+        clear = (lambda: self.clear()) if self.params.n_seq_max == 1 else (lambda: self.clear(seq))
+        clear()
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if self._lib.llama_state_seq_set_data(self.ptr, buf, len(data), 0) == len(data):
+        if self._lib.llama_state_seq_set_data(self.ptr, buf, len(data), seq) == len(data):
             return True
-        self.clear()
+        clear()
         return False
 
     # -- hidden states for MTP/NextN drafting (llama.cpp's private staging API) -------

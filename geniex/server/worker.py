@@ -746,7 +746,7 @@ class _Worker:
             # it is a load error, rather than in every request.
             self.session.vocab.tokenize(PROBE, add_special=True, parse_special=False)
             info = {"speculative": self.session.speculative, "spec_notes": self.session.spec_notes,
-                    "device_note": self.session.device_note, "nctx": self.session.ctx.n_ctx,
+                    "device_note": self.session.device_note, "nctx": self.session.n_ctx,
                     "row_seconds": _row_seconds(self.session)}
         except Exception as e:          # noqa: BLE001 - every failure goes back to the server
             if not isinstance(e, GenieXError):

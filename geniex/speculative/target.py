@@ -25,12 +25,20 @@ class Target:
     def vocab(self):
         return self.model.vocab
 
+    @property
+    def seq(self):
+        """The target's sequence a drafter works for (a server slot's; 0 alone)."""
+        return getattr(self.ctx, "seq", 0)
+
     def new_context(self, model, **kw):
         """A context on ``model`` (the draft's or the target's own) with the target's
         context length, threads and KV cache types; ``kw`` adds batch sizes, type,
         ``other``... Every drafter's context is made here, so none can drift from the
         settings that keep output identical."""
         from geniex.llama.objects import Context
-        kw.setdefault("n_ctx", self.ctx.n_ctx)
+        # A context with the target's sequences (an MTP one) spans all of them, as the
+        # target's does; a draft model's own context holds one slot's conversation.
+        whole = kw.get("n_seq_max", 1) > 1
+        kw.setdefault("n_ctx", getattr(self.ctx, "n_ctx_all", self.ctx.n_ctx) if whole else self.ctx.n_ctx)
         return Context(model, n_threads=self.threads, n_threads_batch=self.threads_batch,
                        type_k=self.cache_type_k, type_v=self.cache_type_v, **kw)

@@ -58,7 +58,8 @@ class MtpAssistant(HiddenStateDrafter):
                                       n_seq_max=target.ctx.params.n_seq_max)
         self.target.stage_nextn(True, False)       # a row per batch token
         self.ctx.stage_nextn(True, True)           # rows for output tokens
-        self.batch = Batch(rows, n_embd=target.model.n_embd_out)
+        # Its rows read the target slot's sequence of the target's KV.
+        self.batch = Batch(rows, n_embd=target.model.n_embd_out, seq=target.seq)
         self._h = self.batch.embd[0]               # draft row 0's hidden-state slot
         self.have_h = False
 

@@ -47,7 +47,8 @@ class NextnDrafter(HiddenStateDrafter):
         self.target.stage_nextn(True, False)       # a row per batch token
         self.ctx.stage_nextn(True, True)           # rows for output tokens
         self.width = model.n_embd_out
-        self.batch = Batch(self.cap_batch, n_embd=self.width)
+        self.seq = target.seq                      # its rows go to the target slot's sequence
+        self.batch = Batch(self.cap_batch, n_embd=self.width, seq=self.seq)
         self._h = self.batch.embd[0]               # draft row 0's hidden-state slot
         self.kv_tokens = []      # tokens at draft KV positions 0..len-1 (committed only)
         self.h_last = np.zeros(self.width, dtype=np.float32)
@@ -68,7 +69,7 @@ class NextnDrafter(HiddenStateDrafter):
         while keep < limit and self.kv_tokens[keep] == history[keep]:
             keep += 1
         h_ok = 0 <= self.h_pos < keep
-        self.ctx.trim(keep)
+        self.ctx.trim(keep, self.seq)
         del self.kv_tokens[keep:]
         if target_row is None:
             start, rows = n_past, None
@@ -111,7 +112,7 @@ class NextnDrafter(HiddenStateDrafter):
     def start(self, history, n_past):
         if self.h_pos != n_past - 1 or len(self.kv_tokens) != n_past:
             return False
-        self.ctx.trim(n_past)                        # drafts of an earlier propose
+        self.ctx.trim(n_past, self.seq)                      # drafts of an earlier propose
         b = self.batch
         b.tokens[0] = history[n_past]
         b.pos[0] = n_past

@@ -1,0 +1,213 @@
+"""A session's slots: several conversations answered at once over one loaded model.
+
+With ``LoadOptions.parallel`` > 1 (``geniex serve --parallel N``) the target context
+holds one sequence per slot, and each answer takes a slot for its lifetime
+(:meth:`Slots.seat`): the slot that holds the longest prefix of its prompt, as
+llama.cpp's server picks by slot similarity, else the one idle the longest (a
+conversation it pushes out goes to the prompt cache, geniex.engine.prompt_cache). The
+answer then runs the one accept loop through a :class:`SlotSession`, the session as
+that slot sees it; the slots' decodes are gathered into one by
+:mod:`geniex.engine.batcher`.
+"""
+import contextlib
+import copy
+import threading
+import time
+
+from geniex.llama.kv import KvHistory, common_prefix
+from geniex.llama.objects import Batch
+from geniex.speculative import policy as policies
+from geniex.speculative.drafters.base import Drafter
+
+
+class Slot:
+    """One sequence of the target context and what an answer on it keeps between answers:
+    its KV history and owner, its drafter (the n-gram methods' memory) and policy."""
+
+    def __init__(self, seq, view, drafter, policy, n_batch):
+        self.seq = seq
+        self.ctx = view
+        self.kv = KvHistory(view)
+        self.kv_owner = None
+        self.batch = Batch(n_batch)
+        self.drafter = drafter
+        self.policy = policy
+        self.busy = False
+        self.last_used = 0.0
+        self.forget = False             # drop drafts and conversation before the next answer
+        self.answers = 0
+        self.task = ""                  # what it answers now (for /slots)
+        self.started = 0.0
+
+    def describe(self):
+        """What ``/slots`` shows of it."""
+        return {"id": self.seq, "is_processing": self.busy, "n_ctx": self.ctx.n_ctx,
+                "n_past": len(self.kv.tokens), "task": self.task if self.busy else "",
+                "answers": self.answers, "speculative": self.drafter is not None,
+                "idle_seconds": None if self.busy or not self.last_used else
+                round(time.monotonic() - self.last_used, 3)}
+
+
+class LockedDrafter(Drafter):
+    """A slot's drafter whose library work runs on the batcher's decode thread (under
+    the model's lock): a draft context decodes on the library too, and an MTP draft
+    reads the target context's KV, so no drafting may overlap the slots' shared decode
+    (which waits for this slot anyway), and one thread keeps one OpenMP team busy."""
+
+    def __init__(self, drafter, batcher):
+        self.inner, self._batcher = drafter, batcher
+        self.name, self.n_max, self.continues = drafter.name, drafter.n_max, drafter.continues
+
+    def limit(self, room):
+        return self.inner.limit(room)
+
+    def begin(self, history, n_past, target_row):
+        self._batcher.call(self.inner.begin, history, n_past, target_row)
+
+    def propose(self, history, n_past, room):
+        return self._batcher.call(self.inner.propose, history, n_past, room)
+
+    def observe(self, history, n_past, target_row, drafted, accepted):
+        self._batcher.call(self.inner.observe, history, n_past, target_row, drafted, accepted)
+
+    def tentative(self, committed):
+        self.inner.tentative(committed)
+
+    def forget(self):
+        self.inner.forget()
+
+    def close(self):
+        self.inner.close()
+
+
+class Slots:
+    """The slots of a session loaded with ``parallel`` > 1."""
+
+    def __init__(self, session, batcher, views, drafters, policy, n_batch):
+        self.session = session
+        self.batcher = batcher
+        self.slots = []
+        for seq, (view, drafter) in enumerate(zip(views, drafters)):
+            if drafter is not None:
+                drafter = LockedDrafter(drafter, batcher)
+            self.slots.append(Slot(seq, view, drafter, copy.deepcopy(policy), n_batch))
+        self._cond = threading.Condition()
+
+    def __len__(self):
+        return len(self.slots)
+
+    def views(self):
+        return [s.ctx for s in self.slots]
+
+    @contextlib.contextmanager
+    def seat(self, tokens, owner, reuse, what=""):
+        """Take a slot for one answer to ``tokens`` asked by ``owner`` (waiting for one to
+        be free) and yield the :class:`SlotSession` on it; the slot is given back after."""
+        slot = self._take(tokens, owner, reuse)
+        slot.task, slot.started = what, time.monotonic()
+        if slot.forget:
+            slot.forget = False
+            slot.kv.reset()
+            if slot.drafter is not None:
+                slot.drafter.forget()
+        self.batcher.enter(slot.seq)
+        try:
+            yield SlotSession(self.session, slot)
+        finally:
+            self.batcher.leave(slot.seq)
+            with self._cond:
+                slot.busy = False
+                slot.answers += 1
+                slot.last_used = time.monotonic()
+                self._cond.notify_all()
+
+    def _take(self, tokens, owner, reuse):
+        reuse = self.session.reuse_exact if reuse is None else reuse
+        with self._cond:
+            self._cond.wait_for(lambda: any(not s.busy for s in self.slots))
+            free = [s for s in self.slots if not s.busy]
+
+            def similarity(s):
+                shared = common_prefix(s.kv.tokens, tokens) if reuse and s.kv_owner == owner else 0
+                # The most shared first; then an empty slot; then the one idle the longest.
+                return (-shared, bool(s.kv.tokens), s.last_used)
+            slot = min(free, key=similarity)
+            slot.busy = True
+            return slot
+
+    def forget(self, drafts):
+        """Every slot forgets its conversation (and with ``drafts`` what its drafter
+        learned) before its next answer."""
+        with self._cond:
+            for s in self.slots:
+                s.forget = s.forget or drafts
+                if not s.busy:
+                    s.kv.reset()
+                    if drafts and s.drafter is not None:
+                        s.drafter.forget()
+                    s.forget = False
+
+    def status(self):
+        with self._cond:
+            return [s.describe() for s in self.slots]
+
+    def close(self):
+        self.batcher.close()
+        for s in self.slots:
+            if s.drafter is not None:
+                s.drafter.close()
+                s.drafter = None
+
+
+class SlotSession:
+    """The session as one answer on one slot sees it: the slot's context view, KV
+    history, batch, drafter and policy; everything else (model, vocabulary, options,
+    the prompt cache) is the session's. Session's answering methods run on it as they
+    run on a lone session."""
+
+    def __init__(self, session, slot):
+        self._session = session
+        self.slot = slot
+        self.ctx, self.kv, self.batch = slot.ctx, slot.kv, slot.batch
+        self.drafter = slot.drafter
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    @property
+    def policy(self):
+        return self.slot.policy
+
+    @policy.setter
+    def policy(self, value):
+        self.slot.policy = value
+
+    @property
+    def kv_owner(self):
+        return self.slot.kv_owner
+
+    @kv_owner.setter
+    def kv_owner(self, value):
+        self.slot.kv_owner = value
+
+    @property
+    def speculative(self):
+        return self.drafter is not None
+
+    def _prediction_policy(self):
+        # A slot never calibrates on the shared context: the session measured its verify
+        # costs at load.
+        if isinstance(self.slot.policy, policies.FixedPolicy) and self._session.options.spec.policy == "auto":
+            self.slot.policy = policies.GainPolicy(*self._session.verify_costs)
+
+    def seat(self, tokens, owner, reuse, what=""):
+        return contextlib.nullcontext(self)
+
+
+def _borrow(*names):
+    from geniex.engine.session import Session
+    for name in names:
+        setattr(SlotSession, name, getattr(Session, name))
+
+
+_borrow("adopt", "generate", "_with_prediction", "reset", "tokenize_prompt")
