@@ -48,6 +48,10 @@ def register(sub):
                    help="host memory for conversations that left the context, so a client that comes back "
                         "(an agent after another spoke) pays only for its new tokens; least recently used "
                         "out (default 8192, as llama-server; 0 = keep none)")
+    p.add_argument("-np", "--parallel", type=int, default=4, metavar="N",
+                   help="answers a model runs at once (slots): each has its own conversation and a KV cache of "
+                        "--nctx tokens (so N times the memory of one), and their tokens share each decode "
+                        "(default 4, as llama-server's auto; 1 = one at a time)")
     p.add_argument("--fixed-load", action="store_true",
                    help="fix the load settings (--nctx, --ngl, --compute, cache types and the speculative "
                         "flags) as llama-server's are: a request asking for others is a 400 naming the field, "
@@ -143,7 +147,7 @@ def run(args):
                                             reasoning_budget_message=args.reasoning_budget_message,
                                             grammar_dir=_grammar_dir(args.grammar_dir),
                                             spec=spec_options.from_args(args), fixed_load=args.fixed_load,
-                                            cache_ram=_cache_ram(args.cache_ram)),
+                                            cache_ram=_cache_ram(args.cache_ram), parallel=_parallel(args.parallel)),
                           origins=args.origins, allowed_hosts=args.allowed_hosts,
                           api_key=args.api_key if args.api_key is not None else os.environ.get("GENIEX_API_KEY", ""),
                           allow_paths=args.allow_paths, max_body=parse_size(args.max_body, "--max-body"),
@@ -153,6 +157,16 @@ def run(args):
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout,
                           load_timeout=args.load_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
+
+
+def _parallel(n):
+    """``--parallel``, checked before listening."""
+    if not 1 <= n <= MAX_PARALLEL:
+        raise UsageError(f"--parallel {n}: expected 1 to {MAX_PARALLEL} slots")
+    return n
+
+
+MAX_PARALLEL = 64
 
 
 def _cache_ram(mib):

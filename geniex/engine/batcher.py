@@ -56,6 +56,7 @@ class Batcher:
         self._closed = False
         self.decodes = 0                         # decodes run (for /metrics)
         self.rows = 0                            # rows they held
+        self.seats = 0                           # slots they served (seats / decodes: slots per decode)
         self._own = None
         if submit is None:
             self._own = queue.SimpleQueue()
@@ -171,6 +172,7 @@ class Batcher:
                     self._errors[seq] = error
             self.decodes += 1
             self.rows += rows
+            self.seats += len(order)
             for seq in order:
                 self._waiting.pop(seq, None)
             self._scheduled = False

@@ -97,13 +97,14 @@ def trained_context(header):
     return value or None
 
 
-def context_size(model, nctx, explicit=True, budget=None, field="--nctx"):
+def context_size(model, nctx, explicit=True, budget=None, field="--nctx", slots=1):
     """The context size to open ``model`` (a ResolvedModel) with.
 
     ``explicit``: the caller asked for ``nctx`` (a flag or request field), so more than
     the trained context is an error; a default is cut down to it instead. Raises
     UsageError naming ``field`` when ``nctx`` is beyond the trained context or its KV
-    cache would exceed ``budget`` bytes (default :func:`default_budget`).
+    cache would exceed ``budget`` bytes (default :func:`default_budget`): one of
+    ``nctx`` tokens per slot (``geniex serve --parallel``).
     """
     if nctx is None or nctx < 1:
         raise UsageError(f"{field} must be a positive number of tokens (got {nctx})")
@@ -122,16 +123,19 @@ def context_size(model, nctx, explicit=True, budget=None, field="--nctx"):
         nctx = trained
     budget = default_budget() if budget is None else budget
     per_token = kv_bytes_per_token(header)
-    if budget and per_token and nctx * per_token > budget:
-        fits = budget // per_token
-        raise UsageError(f"{field} {nctx} needs about {nctx * per_token / 2**20:,.0f} MiB of KV cache, more "
-                         f"than the memory budget of {budget / 2**20:,.0f} MiB ({BUDGET_ENV} or "
-                         f"`geniex serve --memory-budget`); use at most {fits}")
+    slots = max(1, slots)
+    if budget and per_token and nctx * per_token * slots > budget:
+        fits = budget // (per_token * slots)
+        each = f" for each of {slots} slots (geniex serve --parallel)" if slots > 1 else ""
+        raise UsageError(f"{field} {nctx}{each} needs about {nctx * per_token * slots / 2**20:,.0f} MiB of KV "
+                         f"cache, more than the memory budget of {budget / 2**20:,.0f} MiB ({BUDGET_ENV} or "
+                         f"`geniex serve --memory-budget`); use at most {fits}"
+                         f"{' or fewer slots' if slots > 1 else ''}")
     return nctx
 
 
 def checked(model, options, explicit=False, budget=None):
     """``options`` (LoadOptions) with ``nctx`` passed through :func:`context_size`
     (``open_session`` calls it on every model it opens)."""
-    nctx = context_size(model, options.nctx, explicit=explicit, budget=budget)
+    nctx = context_size(model, options.nctx, explicit=explicit, budget=budget, slots=options.parallel)
     return options if nctx == options.nctx else dataclasses.replace(options, nctx=nctx)

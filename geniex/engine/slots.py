@@ -20,6 +20,9 @@ from geniex.speculative import policy as policies
 from geniex.speculative.drafters.base import Drafter
 
 
+SIMILARITY = 0.1    # the part of a prompt a slot must hold to be chosen for it (llama-server's default)
+
+
 class Slot:
     """One sequence of the target context and what an answer on it keeps between answers:
     its KV history and owner, its drafter (the n-gram methods' memory) and policy."""
@@ -127,11 +130,16 @@ class Slots:
             self._cond.wait_for(lambda: any(not s.busy for s in self.slots))
             free = [s for s in self.slots if not s.busy]
 
-            def similarity(s):
-                shared = common_prefix(s.kv.tokens, tokens) if reuse and s.kv_owner == owner else 0
-                # The most shared first; then an empty slot; then the one idle the longest.
-                return (-shared, bool(s.kv.tokens), s.last_used)
-            slot = min(free, key=similarity)
+            def shared(s):
+                return common_prefix(s.kv.tokens, tokens) if reuse and s.kv_owner == owner else 0
+            # The slot holding most of the prompt, if that is a real part of it (as
+            # llama-server's slot similarity: a shared chat-template opening is not);
+            # else an empty slot; else the one idle the longest (its conversation goes
+            # to the prompt cache).
+            best = max(free, key=shared)
+            if not shared(best) or shared(best) < SIMILARITY * len(tokens):
+                best = min(free, key=lambda s: (bool(s.kv.tokens), s.last_used))
+            slot = best
             slot.busy = True
             return slot
 

@@ -1,10 +1,13 @@
-"""The resident model: one Session at a time, used by one request at a time, freed
-after ``keepalive`` idle seconds.
+"""The resident model: one at a time, answering as many requests at once as it has
+slots (``geniex serve --parallel``), freed after ``keepalive`` idle seconds.
 
-The engine is not thread-safe, so everything that touches the Session happens while
-holding the cache's turn (a first-come, first-served lock): a request that arrives
-while another is answering waits for its turn instead of failing. A streamed answer
-keeps the turn until its last event is sent (or the client goes away).
+A request takes a :class:`Lease` on the resident model for as long as it uses it (a
+streamed answer until its last event is sent or its client goes away). Leases are
+granted first come, first served: the request at the head of the queue starts when the
+resident model suits it and has a free slot, or, when it needs another model or other
+load settings, once every lease on the resident one is back (the slots drain, then the
+model is replaced). So a request never overtakes one that arrived before it, and a
+reload is not starved by a stream of requests for the resident model.
 """
 import collections
 import logging
@@ -19,59 +22,6 @@ log = logging.getLogger("geniex.server")
 
 RETRY_AFTER = 2     # seconds a client told "busy" should wait before trying again
 POLL = 0.25         # seconds between checks that a waiting request's client is still there
-
-
-class TurnLock:
-    """A lock granted in arrival order, so no waiting request is overtaken forever."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._queue = collections.deque()
-        self._held = False
-
-    def acquire(self, timeout=None, max_waiting=None, cancel=None):
-        """Wait for the turn; False if ``timeout`` seconds passed first, at once if
-        ``max_waiting`` others are already waiting (a bounded queue), or when
-        ``cancel()`` turns true while waiting (checked every :data:`POLL` seconds)."""
-        me = object()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            if max_waiting is not None and (self._held or self._queue) and len(self._queue) >= max_waiting:
-                return False
-            self._queue.append(me)
-            ok = False
-            while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                wait = POLL if cancel is not None else left
-                if left is not None and wait is not None:
-                    wait = min(wait, left)
-                ok = self._cond.wait_for(lambda: not self._held and self._queue[0] is me,
-                                         None if wait is None else max(wait, 0))
-                if ok or (left is not None and left <= 0) or (cancel is not None and cancel()):
-                    break
-            self._queue.remove(me)
-            if ok:
-                self._held = True
-            else:
-                self._cond.notify_all()    # the next in line may be free to go now
-            return ok
-
-    def waiting(self):
-        with self._cond:
-            return len(self._queue)
-
-    def try_acquire(self):
-        """Take the turn only if it is free and nobody is waiting for it."""
-        with self._cond:
-            if self._held or self._queue:
-                return False
-            self._held = True
-            return True
-
-    def release(self):
-        with self._cond:
-            self._held = False
-            self._cond.notify_all()
 
 
 @dataclass(frozen=True)
@@ -134,20 +84,23 @@ class Lease:
 
 
 class ModelCache:
-    """Holds at most one loaded Session (see the module doc).
+    """Holds at most one loaded model (see the module doc).
 
     ``keepalive``: seconds a model may stay idle before it is freed; 0 frees it after
-    every request, a negative value keeps it until the server stops.
+    every request, a negative value keeps it until the server stops. ``max_queue``:
+    requests that may wait for a lease (None: any); one more is a 503.
     """
 
     def __init__(self, keepalive=300.0, max_queue=None):
         self.keepalive = keepalive
-        self.max_queue = max_queue              # requests that may wait for the turn (None: any)
+        self.max_queue = max_queue
         self.stopping = threading.Event()      # set at shutdown: answers in flight end
-        self._turn = TurnLock()
+        self._cond = threading.Condition()
+        self._queue = collections.deque()      # waiting requests, first come first
+        self._out = 0                          # leases out
+        self._loading = False                  # a lease is loading a model (nothing else starts)
         self._session = None
         self._key = None
-        self._busy = False
         self._last_used = time.monotonic()
         self.loads = 0                          # models loaded since the start (/health)
         self.reloads = 0                        # of which replaced a resident model (/metrics)
@@ -159,7 +112,7 @@ class ModelCache:
 
     def lease(self, key, load, cancel=None):
         """Wait for our turn, make sure the model for ``key`` is resident (calling
-        ``load(previous)`` -> Session if it is not), and return a :class:`Lease` on it.
+        ``load(previous)`` -> session if it is not), and return a :class:`Lease` on it.
         ``previous`` is the healthy resident session being replaced, or None: ``load``
         frees it before loading (one model in memory at a time), closing it or reusing
         its worker process (:meth:`~geniex.server.worker.WorkerSession.open`). When
@@ -167,45 +120,91 @@ class ModelCache:
         once instead of queueing without bound.
         ``cancel()`` turning true while waiting (the client left) gives up the place."""
         asked = time.monotonic()
-        if not self._turn.acquire(max_waiting=self.max_queue, cancel=cancel):
-            if cancel is not None and cancel():
-                log.info("request cancelled (the client went away or the server is stopping) while it "
-                         "waited for the model")
-                raise ApiError(503, "the request was cancelled while it waited for the model",
-                               code="request_cancelled")
-            log.warning("queue full (%d waiting): answered 503", self.max_queue)
-            raise ApiError(503, f"the server is busy: {self.max_queue} requests are already waiting for the "
-                           "model; retry later", code="server_busy", headers={"Retry-After": str(RETRY_AFTER)})
+        must_load = self._admit(key, cancel)
         try:
             if self.stopping.is_set():
                 raise ApiError(503, "the server is shutting down", code="shutting_down")
             waited = time.monotonic() - asked
-            self._busy = True
-            if self._session is not None and not getattr(self._session, "alive", True):
-                # Its worker process died under an earlier request: start a new one.
-                self._free("its worker process ended")
-            if not key.satisfied_by(self._key):
-                previous = self._hand_over("another model or load setting was requested")
-                self.reloads += previous is not None
-                log.info("loading %s", key.model)
-                self._session = load(previous)
-                if self._reaper is None:
-                    self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
-                    self._reaper.start()
-                self._key = key.as_loaded()
-                self.loads += 1
+            if must_load:
+                if self._session is not None and not getattr(self._session, "alive", True):
+                    # Its worker process died under an earlier request: start a new one.
+                    self._free("its worker process ended")
+                if not key.satisfied_by(self._key):
+                    previous = self._hand_over("another model or load setting was requested")
+                    self.reloads += previous is not None
+                    log.info("loading %s", key.model)
+                    self._session = load(previous)
+                    if self._reaper is None:
+                        self._reaper = threading.Thread(target=self._reap, name="geniex-keepalive", daemon=True)
+                        self._reaper.start()
+                    self._key = key.as_loaded()
+                    self.loads += 1
+                with self._cond:
+                    self._loading = False
+                    self._cond.notify_all()
             return Lease(self, self._session, waited)
         except BaseException:
+            if must_load:
+                with self._cond:
+                    self._loading = False
             self._give_back()
             raise
 
+    def _admit(self, key, cancel):
+        """Wait at the queue until the request may start; True when it must (re)load
+        the model first (it then holds the only lease)."""
+        me = object()
+        with self._cond:
+            if (self.max_queue is not None and len(self._queue) >= self.max_queue
+                    and not (not self._queue and self._startable(key) is not None)):
+                log.warning("queue full (%d waiting): answered 503", self.max_queue)
+                raise ApiError(503, f"the server is busy: {self.max_queue} requests are already waiting for the "
+                               "model; retry later", code="server_busy", headers={"Retry-After": str(RETRY_AFTER)})
+            self._queue.append(me)
+            while True:
+                start = self._startable(key) if self._queue[0] is me else None
+                if start is not None:
+                    break
+                self._cond.wait(POLL if cancel is not None else None)
+                if cancel is not None and cancel() and not (self._queue[0] is me and self._startable(key) is not None):
+                    self._queue.remove(me)
+                    self._cond.notify_all()    # the next in line may be free to go now
+                    log.info("request cancelled (the client went away or the server is stopping) while it "
+                             "waited for the model")
+                    raise ApiError(503, "the request was cancelled while it waited for the model",
+                                   code="request_cancelled")
+            self._queue.popleft()
+            self._out += 1
+            self._loading = start
+            self._cond.notify_all()            # the next in line may start too (another slot)
+            return start
+
+    def _startable(self, key):
+        """None while a request for ``key`` must wait; else whether it must load (the
+        condition is held)."""
+        if self._loading:
+            return None
+        if self.stopping.is_set():
+            return False
+        session = self._session
+        usable = session is not None and getattr(session, "alive", True) and (key is None or key.satisfied_by(self._key))
+        if usable and self._out < self._capacity():
+            return False
+        if key is None:                         # no model needed, none to load (forget_drafts)
+            return False if session is None and self._out == 0 else None
+        return True if not usable and self._out == 0 else None
+
+    def _capacity(self):
+        """Leases the resident model takes at once: its slots."""
+        slots = getattr(self._session, "slots", None)
+        if isinstance(slots, int):
+            return max(1, slots)
+        return len(slots) if slots is not None else 1
+
     def forget_drafts(self, cancel=None):
         """Make the resident model's drafters forget what they learned from earlier answers
-        (n-gram memory), in turn with the answers; returns the model's name, or None when
-        no model is resident."""
-        if not self._turn.acquire(max_waiting=self.max_queue, cancel=cancel):
-            raise ApiError(503, "the server is busy; retry later", code="server_busy",
-                           headers={"Retry-After": str(RETRY_AFTER)})
+        (n-gram memory); returns the model's name, or None when no model is resident."""
+        self._admit(None, cancel)
         try:
             session = self._session
             if session is None:
@@ -214,7 +213,7 @@ class ModelCache:
                 pass
             return session.name
         finally:
-            self._turn.release()
+            self._give_back()
 
     def resident(self):
         """The name of the resident model, or None."""
@@ -227,36 +226,56 @@ class ModelCache:
         return key.nctx if key is not None else None
 
     def waiting(self):
-        """Requests waiting for the turn (llama.cpp's ``requests_deferred``)."""
-        return self._turn.waiting()
+        """Requests waiting for a lease (llama.cpp's ``requests_deferred``)."""
+        with self._cond:
+            return len(self._queue)
 
     @property
     def busy(self):
-        return self._busy
+        return self._out > 0
+
+    def in_use(self):
+        """Leases out (requests being answered)."""
+        return self._out
+
+    def slots(self):
+        """The resident model's slot report (its worker's), or None."""
+        session = self._session
+        report = getattr(session, "status", None)
+        return report() if callable(report) and session is not None else None
 
     def status(self):
         """What /health reports about the resident model."""
         session = self._session
-        idle = None if session is None or self._busy else round(time.monotonic() - self._last_used, 3)
+        idle = None if session is None or self._out else round(time.monotonic() - self._last_used, 3)
         return {"model": session.name if session else None,
                 "speculative": bool(session and session.speculative),
                 "idle_seconds": idle, "keepalive": self.keepalive, "loads": self.loads,
-                "worker_pid": getattr(session, "pid", None)}
+                "worker_pid": getattr(session, "pid", None),
+                "slots": self._capacity() if session is not None else None,
+                "slots_busy": self._out, "waiting": self.waiting()}
 
     def stop(self):
         """Make answers in flight end at their next step (shutdown begins)."""
         self.stopping.set()
+        with self._cond:
+            self._cond.notify_all()
 
     def close(self, timeout=30.0):
-        """Stop answering, wait for the turn, free the model, end the keepalive thread."""
+        """Stop answering, wait for the leases to come back, free the model, end the
+        keepalive thread."""
         self.stop()
         self._closed = True
         self._wake.set()
-        if self._turn.acquire(timeout):
+        with self._cond:
+            drained = self._cond.wait_for(lambda: self._out == 0, timeout)
+            if drained:
+                self._out += 1
+        if drained:
             try:
                 self._free("the server is stopping")
             finally:
-                self._turn.release()
+                self._give_back()
         else:
             # The model runs in a worker process: ending it cannot take the server down.
             from geniex.server import worker
@@ -265,11 +284,12 @@ class ModelCache:
 
     # -- internals ----------------------------------------------------------------
     def _give_back(self):
-        self._busy = False
-        self._last_used = time.monotonic()
-        if self.keepalive == 0:
-            self._free("keepalive is 0")
-        self._turn.release()
+        with self._cond:
+            self._out -= 1
+            self._last_used = time.monotonic()
+            if self.keepalive == 0 and self._out == 0 and not self._closed:
+                self._free("keepalive is 0")
+            self._cond.notify_all()
         self._wake.set()
 
     def _hand_over(self, why):
@@ -286,13 +306,13 @@ class ModelCache:
             session.close()
 
     def _deadline(self):
-        if self._session is None or self._busy or self.keepalive <= 0:
+        if self._session is None or self._out or self.keepalive <= 0:
             return None
         return self._last_used + self.keepalive
 
     def _reap(self):
         # Sleeps until the resident model's idle deadline (or a change), then frees it
-        # if nobody took or asked for the turn meanwhile.
+        # if nobody took or asked for a lease meanwhile.
         while not self._closed:
             deadline = self._deadline()
             self._wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
@@ -300,11 +320,7 @@ class ModelCache:
             deadline = self._deadline()
             if self._closed or deadline is None or time.monotonic() < deadline:
                 continue
-            if self._turn.try_acquire():
-                try:
-                    if self._deadline() is not None and time.monotonic() >= self._deadline():
-                        self._free(f"idle for {self.keepalive:g} s")
-                finally:
-                    self._turn.release()
-            else:
-                self._wake.wait(0.05)   # someone is about to use it; look again soon
+            with self._cond:
+                if self._out == 0 and not self._queue and self._deadline() is not None \
+                        and time.monotonic() >= self._deadline():
+                    self._free(f"idle for {self.keepalive:g} s")

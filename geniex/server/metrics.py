@@ -133,12 +133,14 @@ class Metrics:
                     self.prompt_tokens / self.prompt_seconds if self.prompt_seconds > 0 else 0.0)
         yield gauge("predicted_tokens_seconds", "Average generation throughput in tokens/s.",
                     self.predicted / self.predicted_seconds if self.predicted_seconds > 0 else 0.0)
-        busy = bool(self.cache is not None and self.cache.busy)
-        yield gauge("requests_processing", "Number of requests processing.", int(busy))
+        yield gauge("requests_processing", "Number of requests processing.",
+                    self.cache.in_use() if self.cache is not None else 0)
         yield gauge("requests_deferred", "Number of requests deferred.",
                     self.cache.waiting() if self.cache is not None else 0)
+        report = (self.cache.slots() if self.cache is not None else None) or {}
+        seats, decodes = report.get("seats"), report.get("decodes")
         yield gauge("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call.",
-                    1.0 if self.decodes else 0.0)
+                    seats / decodes if seats and decodes else (1.0 if self.decodes else 0.0))
 
     def _per_method(self):
         labels = ["method"]

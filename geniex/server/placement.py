@@ -27,6 +27,7 @@ STORE_ONLY = ("this server loads models from its store only: name one like org/r
               "(see GET /v1/models); start it with `geniex serve --allow-paths` to load GGUF files by path")
 FIXED = "this server's load settings are fixed (geniex serve --fixed-load)"
 DEFAULT_CACHE_RAM = 8192 << 20      # --cache-ram's default, llama-server's (8 GiB)
+DEFAULT_PARALLEL = 4                # --parallel's default, llama-server's "auto"
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Defaults:
     spec: spec_options.SpecOptions = field(default_factory=spec_options.SpecOptions)
     fixed_load: bool = False         # requests may not change the load settings (--fixed-load)
     cache_ram: int = DEFAULT_CACHE_RAM   # bytes of conversations kept in host memory (--cache-ram; 0: none)
+    parallel: int = DEFAULT_PARALLEL     # answers a model runs at once (--parallel): its slots
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
     reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
     reasoning_budget: int = -1       # thinking_budget_tokens when a request sets none (--reasoning-budget)
@@ -93,7 +95,7 @@ class Placer:
         load_spec = self.spec({}) if spec is None and self.defaults.fixed_load else spec
         options = load_options(vars(self.defaults), {f: body.get(f) for f in REQUEST_LOAD_FIELDS}, {"nctx": nctx},
                                spec=load_spec, data_dir=self.store.root, memory_budget=self.memory_budget,
-                               cache_ram=self.defaults.cache_ram)
+                               cache_ram=self.defaults.cache_ram, parallel=self.defaults.parallel)
         try:
             # Devices are compared as resolved, so "cpu" and an unset compute on a
             # CPU-only library share the loaded model.
@@ -204,7 +206,8 @@ class Placer:
         nctx = body["nctx"] if explicit else self.defaults.nctx
         try:
             return limits.context_size(target, nctx, explicit=explicit, budget=self.memory_budget,
-                                       field="nctx" if explicit else "the server's --nctx")
+                                       field="nctx" if explicit else "the server's --nctx",
+                                       slots=self.defaults.parallel)
         except UsageError as e:
             raise ApiError(400, str(e), param="nctx", code="invalid_value") from None
 

@@ -23,7 +23,7 @@ GOOD_ORIGIN = "http://good.example"
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     """Default security settings; a queue of 1 and a 64 KiB body limit to test them."""
-    with AppServer(tmp_path_factory.mktemp("plain-data"), nctx=1024, max_queue=1, max_body=64 << 10) as s:
+    with AppServer(tmp_path_factory.mktemp("plain-data"), nctx=1024, parallel=1, max_queue=1, max_body=64 << 10) as s:
         yield s
 
 

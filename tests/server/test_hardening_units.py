@@ -15,7 +15,7 @@ from geniex.errors import ModelLoadError, ModelNotFound, UsageError
 from geniex.llama.gguf_file import open_regular, read_header
 from geniex.server import body as body_json
 from geniex.server import guard, openapi
-from geniex.server.cache import TurnLock
+from geniex.server.cache import CacheKey, ModelCache
 from geniex.server.validation import ApiError, validate
 from geniex.store import Store
 from geniex.store.errors import StoreError
@@ -158,38 +158,57 @@ def test_host_names():
 # -- the bounded queue ----------------------------------------------------------------------------
 
 
-def test_turn_lock_refuses_beyond_max_waiting():
-    lock = TurnLock()
-    assert lock.acquire(max_waiting=0)                  # free: taken even with no waiting room
+class _Resident:
+    name = "m"
+    speculative = False
+
+    def close(self):
+        pass
+
+
+def _key():
+    return CacheKey("m", 4096, -1, ("CPU",), ("q8_0", "q8_0"), ())
+
+
+def test_the_model_cache_refuses_beyond_max_queue():
+    cache = ModelCache(keepalive=-1, max_queue=1)
+    held = cache.lease(_key(), lambda _: _Resident())    # free: taken even with a short queue
     got = []
-    waiter = threading.Thread(target=lambda: got.append(lock.acquire(max_waiting=1)))
+    waiter = threading.Thread(target=lambda: got.append(cache.lease(_key(), lambda _: _Resident())))
     waiter.start()
-    queued(lock, 1)
-    assert lock.acquire(max_waiting=1) is False         # one already waits: refused at once
-    assert lock.acquire(max_waiting=0) is False
-    lock.release()
+    queued(cache, 1)
+    with pytest.raises(ApiError) as refused:            # one already waits: refused at once
+        cache.lease(_key(), lambda _: _Resident())
+    assert refused.value.status == 503 and refused.value.headers["Retry-After"]
+    held.release()
     waiter.join(5)
-    assert got == [True]
-    lock.release()
+    assert len(got) == 1
+    got[0].release()
+    cache.close()
 
 
 def test_a_waiting_request_whose_client_left_gives_up_its_place():
-    lock = TurnLock()
-    assert lock.acquire()
+    cache = ModelCache(keepalive=-1)
+    held = cache.lease(_key(), lambda _: _Resident())
     gone = threading.Event()
     got = []
-    waiter = threading.Thread(target=lambda: got.append(lock.acquire(cancel=gone.is_set)))
+
+    def wait():
+        try:
+            got.append(cache.lease(_key(), lambda _: _Resident(), cancel=gone.is_set))
+        except ApiError as e:
+            got.append(e.code)
+    waiter = threading.Thread(target=wait)
     waiter.start()
-    queued(lock, 1)
+    queued(cache, 1)
     gone.set()                                  # the client went away while waiting
     waiter.join(5)
-    assert got == [False] and not waiter.is_alive()
-    assert lock.acquire(max_waiting=0) is False   # still held by the first
-    lock.release()
-    assert lock.acquire(max_waiting=0)          # and nobody is left in the queue
-    lock.release()
-    assert lock.acquire(timeout=0.1)            # a timeout still works alongside
-    lock.release()
+    assert got == ["request_cancelled"] and not waiter.is_alive()
+    assert cache.waiting() == 0 and cache.in_use() == 1   # nobody left in the queue; still held by the first
+    held.release()
+    with cache.lease(_key(), lambda _: _Resident()):
+        assert cache.in_use() == 1
+    cache.close()
 
 
 # -- files that are not regular ---------------------------------------------------------------

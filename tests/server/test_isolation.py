@@ -28,7 +28,7 @@ LONG = {"model": DEMO, "messages": [{"role": "user", "content": "Tell me a very 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with AppServer(tmp_path_factory.mktemp("iso-data"), nctx=2048, metrics=True) as s:
+    with AppServer(tmp_path_factory.mktemp("iso-data"), nctx=2048, parallel=1, metrics=True) as s:
         yield s
 
 

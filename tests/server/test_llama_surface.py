@@ -199,10 +199,12 @@ def test_tokenize_special_and_pieces(server):
 def test_props_and_slots(server):
     ok(server.post("/completion", {"prompt": "hi", "n_predict": 1}))
     props = ok(server.get("/props"))
-    assert props["model_path"].endswith(".gguf") and props["total_slots"] == 1
+    assert props["model_path"].endswith(".gguf") and props["total_slots"] == 4   # --parallel's default
     assert props["default_generation_settings"]["n_ctx"] == 1024 and "<|im_start|>" in props["chat_template"]
     slots = ok(server.get("/slots"))
-    assert len(slots) == 1 and slots[0]["n_ctx"] == 1024 and slots[0]["is_processing"] is False
+    assert [s["id"] for s in slots] == [0, 1, 2, 3]
+    assert all(s["n_ctx"] == 1024 and s["is_processing"] is False for s in slots)
+    assert sum(s["answers"] for s in slots) >= 1 and "prompt_cache" in slots[0]
     assert "params" not in slots[0]
 
 

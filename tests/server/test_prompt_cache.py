@@ -13,7 +13,7 @@ FILES = {"a": "def add(a, b):\n    return a + b\n" * 40, "b": "SELECT name FROM 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with AppServer(tmp_path_factory.mktemp("pc-data"), nctx=2048, metrics=True, api_key=",".join(KEYS)) as s:
+    with AppServer(tmp_path_factory.mktemp("pc-data"), nctx=2048, parallel=1, metrics=True, api_key=",".join(KEYS)) as s:
         yield s
 
 
@@ -63,7 +63,7 @@ def test_one_keys_kept_conversation_never_answers_another(server):
 
 
 def test_a_server_without_a_prompt_cache_decodes_the_returning_prompt_again(tmp_path):
-    with AppServer(tmp_path, defaults=Defaults(nctx=2048, cache_ram=0)) as s:
+    with AppServer(tmp_path, defaults=Defaults(nctx=2048, cache_ram=0, parallel=1)) as s:
         a = agent("a")
         answer, _, first = ask(s, a)
         ask(s, agent("b"))

@@ -31,7 +31,7 @@ def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("cache-data")
     tiny = tiny_gemma4.write_target(tmp_path_factory.mktemp("tiny-key") / "tiny-gemma4.gguf", context_length=4096)
     Store(data).pull(TINY, local_path=tiny, out=io.StringIO(), interactive=False)
-    with AppServer(data, nctx=2048) as s:
+    with AppServer(data, nctx=2048, parallel=1) as s:     # one slot: one request at a time
         yield s
 
 

@@ -1,13 +1,13 @@
-"""Server pieces in process, without a model: SSE bodies, the turn lock, the model
-cache's key and keepalive (with a stand-in session), request validation, and the order
+"""Server pieces in process, without a model: SSE bodies, the model cache's leases,
+key and keepalive (with a stand-in session), request validation, and the order
 in which a stop closes the event loop."""
 import threading
 
 import pytest
 
-from awaiting import queued, until
+from awaiting import until
 from geniex.server import sse
-from geniex.server.cache import CacheKey, ModelCache, TurnLock
+from geniex.server.cache import CacheKey, ModelCache
 from geniex.server.validation import ApiError, as_api_error, field_path, validate
 
 pytestmark = pytest.mark.fast   # needs no model: the fast tier
@@ -60,31 +60,46 @@ def test_event_stream_closed_before_or_during_iteration_releases():
     assert closed == ["never iterated", "hung up"]
 
 
-# -- the turn lock and the cache ---------------------------------------------------------
+# -- the model cache's leases and keys ---------------------------------------------------------
 
 
-def test_turn_lock_serves_waiters_in_arrival_order():
-    lock = TurnLock()
-    lock.acquire()
-    order = []
+def test_leases_go_first_come_first_served_up_to_the_slots_and_a_reload_waits_for_the_drain():
+    cache = ModelCache(keepalive=-1)
+    try:
+        made = []
 
-    def waiter(i):
-        lock.acquire()
-        order.append(i)
-        lock.release()
+        def load(name, slots):
+            def make(previous):
+                made.append(FakeSession(name))
+                made[-1].slots = slots
+                return made[-1]
+            return make
 
-    threads = []
-    for i in range(5):
-        t = threading.Thread(target=waiter, args=(i,))
-        t.start()
-        threads.append(t)
-        queued(lock, i + 1)     # arrive one after another: i + 1 are now waiting
-    assert not lock.try_acquire()
-    lock.release()
-    for t in threads:
-        t.join(5)
-    assert order == [0, 1, 2, 3, 4]
-    assert lock.try_acquire() and not lock.acquire(timeout=0.05)
+        first = cache.lease(key("a"), load("a", 2))
+        second = cache.lease(key("a"), load("never", 2))     # a second slot: at once, no load
+        assert cache.in_use() == 2 and len(made) == 1
+        order = []
+
+        def waiter(i, k):
+            with cache.lease(k, load(f"load-{i}", 2)) as lease:
+                order.append((i, lease.session.name))
+
+        threads = []
+        # 0 wants model b (waits for both leases back), 1 wants a, but came after 0: it
+        # does not overtake the reload, though a has a slot free once one comes back.
+        for i, k in enumerate((key("b"), key("a"))):
+            t = threading.Thread(target=waiter, args=(i, k))
+            t.start()
+            threads.append(t)
+            until(lambda: cache.waiting() == i + 1, what=f"request {i} to queue")
+        first.release()
+        assert cache.waiting() == 2 and order == []          # b waits for the drain; a waits behind b
+        second.release()
+        for t in threads:
+            t.join(5)
+        assert order == [(0, "load-0"), (1, "load-1")] and cache.loads == 3
+    finally:
+        cache.close()
 
 
 def test_cache_key():

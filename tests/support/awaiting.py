@@ -23,6 +23,6 @@ def until(predicate, timeout=60.0, what=None):
 
 
 def queued(lock, n, timeout=60.0):
-    """Wait until ``n`` requests wait for a :class:`~geniex.server.cache.TurnLock` (or a
-    model cache's turn: anything with ``waiting()``)."""
-    until(lambda: lock.waiting() == n, timeout, f"{n} waiting for the turn (now {lock.waiting()})")
+    """Wait until ``n`` requests wait for a model cache's lease (anything with
+    ``waiting()``)."""
+    until(lambda: lock.waiting() == n, timeout, f"{n} waiting for a lease (now {lock.waiting()})")

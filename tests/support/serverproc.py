@@ -4,6 +4,7 @@ tests: validation, guards, shapes, answers), :class:`Server` runs ``geniex serve
 a subprocess where the process matters (signals, the CLI, disconnects). ``--host
 127.0.0.1:0`` lets the OS pick the port; the server prints the address it got on its
 first line."""
+import dataclasses
 import json
 import logging
 import os
@@ -76,16 +77,17 @@ class AppServer(Http):
     """The app of ``create_app(config)`` served by waitress in a thread of this process
     on a free loopback port: real HTTP and the real engine, without a process start.
     ``fields`` are ServerConfig fields (``AppServer(data_dir, nctx=1024)`` sets the
-    default context through ``defaults``)."""
+    default context through ``defaults``, ``parallel=1`` the slots)."""
 
-    def __init__(self, data_dir, store=None, nctx=None, **fields):
+    def __init__(self, data_dir, store=None, nctx=None, parallel=None, **fields):
         from geniex.server.placement import Defaults
         from geniex.server.app import ServerConfig, create_app
         from geniex.server.serving import addresses_of, make_server
         seed_calibration(data_dir)
         config = ServerConfig(data_dir=data_dir, bind_host="127.0.0.1", **fields)
-        if nctx is not None:
-            config.defaults = Defaults(nctx=nctx)
+        if nctx is not None or parallel is not None:
+            config.defaults = dataclasses.replace(config.defaults, **{k: v for k, v in (("nctx", nctx), ("parallel", parallel))
+                                                                    if v is not None})
         self._log = _LogLines()
         self.app = create_app(config, store)
         self.cache = self.app.extensions["geniex.answerer"].cache

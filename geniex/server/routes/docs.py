@@ -88,4 +88,7 @@ def openapi_json():
 @bp.get("/v1/health")
 def health():
     """``{"status": "ok", "model": <resident model or null>, ...}``."""
-    return jsonify({"status": "ok", **current_app.extensions["geniex.answerer"].cache.status()})
+    cache = current_app.extensions["geniex.answerer"].cache
+    report = cache.slots() or {}
+    return jsonify({"status": "ok", **cache.status(), "slot_states": report.get("slots"),
+                    "prompt_cache": report.get("prompt_cache")})

@@ -178,7 +178,7 @@ def props():
                        "min_p": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                        "stop": []},
         },
-        "total_slots": 1, "model_alias": name, "model_path": model.get("model_path"),
+        "total_slots": a.cache.status()["slots"] or a.defaults.parallel, "model_alias": name, "model_path": model.get("model_path"),
         "modalities": {"vision": False, "audio": False},
         "chat_template": model.get("chat_template", ""), "bos_token": model.get("bos_token", ""),
         "eos_token": model.get("eos_token", ""), "build_info": shapes.FINGERPRINT,
@@ -189,17 +189,27 @@ def props():
 
 @bp.get("/slots")
 def slots():
-    """The one slot: the resident model's context and whether it is answering."""
+    """Every slot of the resident model (or the slots a model will have): its context,
+    whether it answers, what it holds; llama.cpp's shape, with geniex's fields beside."""
     config = current_app.config["GENIEX"]
     if not config.slots:
         raise ApiError(501, "this server was started with --no-slots", code="not_supported")
     a = answerer()
     status = a.cache.status()
-    return jsonify([{"id": 0, "id_task": -1, "n_ctx": a.cache.resident_nctx() or a.defaults.nctx,
-                     "speculative": status["speculative"], "is_processing": a.cache.busy,
-                     "model": status["model"], "prompt_cache": a.metrics.prompt_cache,
-                     "next_token": [{"has_next_token": False, "has_new_line": False, "n_remain": -1,
-                                     "n_decoded": 0}]}])
+    report = a.cache.slots() or {}
+    n_ctx = a.cache.resident_nctx() or a.defaults.nctx
+    listed = report.get("slots")
+    if listed is None:          # one slot (--parallel 1), or no model yet: what the cache knows
+        busy = status["slots_busy"]
+        listed = [{"id": i, "is_processing": i < busy, "n_ctx": n_ctx} for i in range(status["slots"] or a.defaults.parallel)]
+    out = []
+    for slot in listed:
+        out.append({**slot, "id_task": -1, "speculative": status["speculative"], "model": status["model"],
+                    "next_token": [{"has_next_token": slot["is_processing"], "has_new_line": False, "n_remain": -1,
+                                    "n_decoded": 0}]})
+    if out:
+        out[0]["prompt_cache"] = report.get("prompt_cache", a.metrics.prompt_cache)
+    return jsonify(out)
 
 
 @bp.get("/metrics")

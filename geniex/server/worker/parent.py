@@ -1,38 +1,14 @@
-"""The server's models run in a worker process it supervises, as Ollama runs llama.cpp
-in a runner subprocess (docs/isolation.md).
+"""The server's side of a worker: starting it, loading a model in it, running tasks.
 
-llama.cpp ends the process on some inputs it does not check (``GGML_ASSERT`` aborts,
-out-of-range reads on a malformed file); geniex validates what it can first
-(:mod:`geniex.llama.gguf_file`), and what it cannot is contained here: a model is
-loaded and answers in its own process, so an abort ends that process (the request it
-was answering gets a clear error naming the model) and the server, its other clients
-and the next request carry on: the next request starts a new worker.
-
-The parent side is :class:`WorkerSession`, which the server's
-:class:`~geniex.server.cache.ModelCache` holds as it would hold a
-:class:`~geniex.engine.session.Session`: ``name``, ``speculative``, ``run(task,
-cancel)`` yielding the task's events (:mod:`geniex.engine.tasks`, plain picklable
-dataclasses), and ``close()``. ``geniex infer`` and the Python API keep the model in
-their own process (a crash there is the user's own command).
-
-The wire: length-prefixed pickled frames over the worker's stdin (commands) and a
-duplicate of its stdout (replies; its own stdout then goes to stderr, so a stray print
-from the library cannot corrupt a frame). Each reply frame is a *list* of messages: a
-sender thread in the worker writes whatever the answer produced since its last write
-in one frame, so a fast answer goes over in batches and a slow one piece by piece,
-without waiting on a timer. A cancel (client gone, server stopping) goes to a reader
-thread of the worker at once and ends the answer at its next step, as in one process.
-
-The worker is not a sandbox: it runs as the same user with the same files. It keeps a
-library abort from becoming a remote kill switch for the server, nothing more.
+:class:`WorkerSession` is what the server's :class:`~geniex.server.cache.ModelCache`
+holds: ``name``, ``speculative``, ``slots``, ``run(task, cancel)`` yielding the task's
+events, ``status()`` and ``close()``. Several runs may be in flight at once on a model
+loaded with slots: the reader thread of :class:`_Process` hands each run's replies to
+that run's own queue.
 """
-import importlib
 import logging
 import os
-import pickle
 import queue
-import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -40,16 +16,13 @@ import time
 from pathlib import Path
 
 from geniex import profile
-from geniex.errors import (GenieXError, LoadCancelled, LoadTimeout, ModelCrashed, ModelLoadError,
-                           RequestTimeout, ServerStopping)
+from geniex.errors import LoadCancelled, LoadTimeout, ModelCrashed, ModelLoadError, RequestTimeout, ServerStopping
+from geniex.server.worker.wire import CLOSE_WAIT, exit_text, read, rebuild, write
 
 log = logging.getLogger("geniex.server")
 
-_HEADER = struct.Struct("<I")
-MAX_FRAME = 1 << 30         # a frame larger than this is a broken worker, not an answer
 POLL = 0.1                  # seconds between checks of a request's cancel() while it waits for the worker
 GRACE = 15.0                # seconds past a request's deadline before its worker is killed
-CLOSE_WAIT = 10.0           # seconds a closing worker may take to free its model before it is killed
 MIN_TIMEOUT = 60.0          # the default request timeout is never shorter (docs/isolation.md)
 TIMEOUT_FACTOR = 4          # ... and covers this many times a full context of one-row decodes
 # A load must end within LOAD_MIN seconds plus one per LOAD_RATE bytes of the files it
@@ -59,74 +32,10 @@ LOAD_MIN = 60.0
 LOAD_RATE = 25e6
 ORPHAN_KEEP = 30.0          # seconds a load left by its cancelled request is kept for the next one
 DEATH_WAIT = 5.0            # seconds a killed worker is waited for (a hung read may keep it alive)
-
-PROBE = "Hello, world!\n\t0123456789 {}[]<>\"'\\ été 中文 😀"   # tokenized once at load
-
 _live = set()               # every running worker, killed if the server process exits first
 _live_lock = threading.Lock()
 
 
-# -- framing -----------------------------------------------------------------------------
-def _write(stream, obj):
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
-
-
-def _read(stream):
-    """One frame, or None at the end of the stream (the other side is gone)."""
-    head = stream.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        return None
-    (size,) = _HEADER.unpack(head)
-    if size > MAX_FRAME:
-        raise EOFError(f"a frame of {size} bytes")
-    data = stream.read(size)
-    if len(data) < size:
-        return None
-    return pickle.loads(data)
-
-
-def _error_payload(exc):
-    """An exception as data: a GenieXError keeps its class and fields (the server maps it
-    to its status); anything else is a bug, kept as its text."""
-    if isinstance(exc, GenieXError):
-        kind = type(exc)
-        return ("known", kind.__module__, kind.__qualname__, exc.args, dict(vars(exc)))
-    return ("bug", f"{type(exc).__name__}: {exc}")
-
-
-def _rebuild(payload, model):
-    if payload[0] == "known":
-        _, module, qualname, args, fields = payload
-        try:
-            kind = getattr(importlib.import_module(module), qualname)
-        except (ImportError, AttributeError):
-            kind = None
-        if isinstance(kind, type) and issubclass(kind, GenieXError):
-            exc = kind.__new__(kind)
-            exc.args = tuple(args)
-            vars(exc).update(fields)
-            return exc
-        return GenieXError(*args)
-    return RuntimeError(f"{model}: the worker failed: {payload[1]}")
-
-
-def exit_text(returncode):
-    """How a worker ended, in words: ``SIGABRT``, ``exit status 3``, ``0xC0000409``."""
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
-    if returncode > 0xFFFF:                     # a Windows exception code
-        return f"0x{returncode:08X}"
-    return f"exit status {returncode}"
-
-
-# -- the parent side -----------------------------------------------------------------------
 # The worker's first lines: import the ``geniex`` package from the folder given as the
 # argument, and only that package, then run the worker. Its sys.path stays the
 # interpreter's own (the standard library first), as the server's is.
@@ -135,7 +44,7 @@ import importlib.machinery, importlib.util, sys
 spec = importlib.machinery.PathFinder.find_spec("geniex", [sys.argv[1]])
 module = sys.modules["geniex"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-from geniex.server.worker import main
+from geniex.server.worker.child import main
 main()
 """
 
@@ -146,7 +55,7 @@ def worker_command():
     it in. That folder is not put on the worker's PYTHONPATH: installed, it is
     site-packages, and PYTHONPATH goes ahead of the standard library, so a module there
     named like a standard one (an old backport: ``enum``, ``typing``) replaced it."""
-    return [sys.executable, "-c", _LAUNCH, str(Path(__file__).resolve().parents[2])]
+    return [sys.executable, "-c", _LAUNCH, str(Path(__file__).resolve().parents[3])]
 
 
 class _Process:
@@ -165,7 +74,10 @@ class _Process:
                                      **kwargs)
         self.pid = self.proc.pid
         self.stopped = False        # killed because the server is stopping
-        self.replies = queue.Queue()
+        self.replies = queue.Queue()        # replies to loads (and "died")
+        self._runs = {}                     # run id (or ("status", id)) -> its own queue of replies
+        self._runs_lock = threading.Lock()
+        self.returncode = None              # once its end was read
         self._send_lock = threading.Lock()
         with _live_lock:
             _live.add(self)
@@ -174,14 +86,14 @@ class _Process:
     def _read_replies(self):
         try:
             while True:
-                frame = _read(self.proc.stdout)
+                frame = read(self.proc.stdout)
                 if frame is None:
                     break
                 for message in frame:
                     if message[0] == "log":
                         _emit(message)
                     else:
-                        self.replies.put(message)
+                        self._route(message)
         except Exception as e:      # noqa: BLE001 - a broken worker is a dead one
             log.warning("worker %d sent a broken frame (%s); stopping it", self.pid, e)
             self.kill()
@@ -194,15 +106,50 @@ class _Process:
                     pipe.close()
                 except OSError:
                     pass
+        with self._runs_lock:
+            self.returncode = returncode
+            waiting = list(self._runs.values())
+        for q in waiting:
+            q.put(("died", returncode))
         self.replies.put(("died", returncode))
         with _live_lock:
             _live.discard(self)
+
+    def _route(self, message):
+        """A run's reply (or a status reply) to its queue; a load's to :attr:`replies`."""
+        kind = message[0]
+        key = None
+        if kind in ("event", "end") or (kind == "error" and len(message) == 3):
+            key = message[1]
+        elif kind == "status":
+            key = ("status", message[1])
+        if key is None:
+            self.replies.put(message)
+            return
+        with self._runs_lock:
+            q = self._runs.get(key)
+        if q is not None:
+            q.put(message)                  # (the tail of a run nobody reads any more is dropped)
+
+    def register(self, key):
+        """A queue for the replies of run ``key`` (``("died", code)`` too, if the worker
+        ends first); :meth:`unregister` when done."""
+        q = queue.Queue()
+        with self._runs_lock:
+            if self.returncode is not None:
+                q.put(("died", self.returncode))
+            self._runs[key] = q
+        return q
+
+    def unregister(self, key):
+        with self._runs_lock:
+            self._runs.pop(key, None)
 
     def send(self, message):
         """False when the worker is gone (its stdin is closed)."""
         try:
             with self._send_lock:
-                _write(self.proc.stdin, message)
+                write(self.proc.stdin, message)
             return True
         except (OSError, ValueError):
             return False
@@ -236,10 +183,12 @@ class WorkerSession:
         self.nctx = info.get("nctx")
         # One-row decode seconds measured at load: the default request timeout comes from it.
         self.row_seconds = float(info.get("row_seconds") or 0.0)
+        self.slots = int(info.get("slots") or 1)    # answers it runs at once (serve --parallel)
         self.crashed = None             # how the worker ended, once it died under a request
         self.handed_over = False        # its process went on to load the next model
         self._runs = 0
-        self._active = None             # the run id whose end has not been read yet
+        self._active = set()            # run ids whose end has not been read yet
+        self._lock = threading.Lock()
 
     @classmethod
     def open(cls, target, options, previous=None, cancel=None, load_timeout=None):
@@ -285,7 +234,7 @@ class WorkerSession:
             if kind == "error" and len(message) == 2:      # (a run's error names its run)
                 process.send(("exit",))
                 _reap(process)
-                raise _rebuild(message[1], target.name)
+                raise rebuild(message[1], target.name)
             if kind == "died":
                 how = exit_text(message[1])
                 if process.stopped:
@@ -325,93 +274,111 @@ class WorkerSession:
     def run(self, task, cancel=None, timeout=None):
         """Run ``task`` in the worker: its events, as :func:`geniex.engine.tasks.run`
         yields them. ``cancel()`` turning true ends the answer at its next step;
-        ``timeout`` (seconds from now) ends it as a timeout (see :func:`_serve_run`),
-        and a worker that does not end it within :data:`GRACE` more is killed."""
-        self._finish_previous()
-        self._runs += 1
-        run_id = self._active = self._runs
+        ``timeout`` (seconds from now) ends it as a timeout (see the worker's run), and a
+        worker that does not end it within :data:`GRACE` more is killed. Several runs
+        may be in flight at once (a model loaded with slots answers them together)."""
+        with self._lock:
+            self._runs += 1
+            run_id = self._runs
+            self._active.add(run_id)
+        replies = self._process.register(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._process.send(("run", run_id, task, timeout)):
-            self._active = None
-            raise self._died(self._wait_death(), task)
-        cancelled = False
-        produced = False
+        ended = False
         try:
+            if not self._process.send(("run", run_id, task, timeout)):
+                ended = True
+                raise self._died(self._wait_death(replies), task)
+            cancelled = False
+            produced = False
             while True:
                 if not cancelled and cancel is not None and cancel():
                     self._process.send(("cancel", run_id))
                     cancelled = True
                 try:
-                    message = self._process.replies.get(timeout=POLL)
+                    message = replies.get(timeout=POLL)
                 except queue.Empty:
                     if deadline is not None and time.monotonic() > deadline + GRACE:
+                        ended = True
                         self._kill_overdue(task, timeout, produced)
                     continue
                 kind = message[0]
                 if kind == "died":
-                    self._active = None
+                    ended = True
                     raise self._died(message[1], task)
-                if message[1] != run_id:
-                    continue                    # the tail of an earlier run
                 if kind == "event":
                     produced = True
                     yield message[2]
                 elif kind == "end":
-                    self._active = None
+                    ended = True
                     return
                 elif kind == "error":
-                    self._active = None
-                    raise _rebuild(message[2], self.name)
+                    ended = True
+                    raise rebuild(message[2], self.name)
         finally:
-            if self._active == run_id:
+            if not ended:
                 # Left early (the client went away, an error in the route): stop the
-                # answer now, so the next request starts on a quiet worker.
+                # answer now, so its slot is free for the next request.
                 self._process.send(("cancel", run_id))
-                self._finish_previous()
+                self._finish(run_id, replies)
+            self._process.unregister(run_id)
+            with self._lock:
+                self._active.discard(run_id)
 
-    def _finish_previous(self):
-        """Read an earlier run's messages up to its end (after a cancel)."""
-        run_id = self._active
-        if run_id is None:
-            return
+    def _finish(self, run_id, replies):
+        """Read a cancelled run's messages up to its end."""
         deadline = time.monotonic() + GRACE
-        while self._active == run_id:
+        while True:
             try:
-                message = self._process.replies.get(timeout=max(0.0, deadline - time.monotonic()))
+                message = replies.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 log.warning("%s: the worker did not end a cancelled answer within %.0f s; stopping it",
                             self.name, GRACE)
                 self._process.kill()
-                self._active = None
                 self.crashed = "killed: a cancelled answer did not end"
                 return
             if message[0] == "died":
-                self._active = None
                 self.crashed = exit_text(message[1])
-            elif message[1] != run_id:
-                continue
-            elif message[0] in ("end", "error"):
-                self._active = None
-            elif message[0] == "event" and getattr(message[2], "stats", None) is not None and message[2].stats.stop_reason:
+                return
+            if message[0] in ("end", "error"):
+                return
+            if message[0] == "event" and getattr(message[2], "stats", None) is not None and message[2].stats.stop_reason:
                 # The cancelled answer's profile: how far it got before its client left.
                 stats = message[2].stats
                 log.info("%s: %s (stop: %s; the answer was left by its client)", self.name, profile.line(stats),
                          stats.stop_reason)
+
+    def status(self, wait=2.0):
+        """The worker's report of its slots, prompt cache and decodes (None if it does
+        not answer within ``wait`` seconds: it is loading or gone)."""
+        with self._lock:
+            self._runs += 1
+            key = ("status", self._runs)
+        replies = self._process.register(key)
+        try:
+            if not self._process.send(("status", key[1])):
+                return None
+            try:
+                message = replies.get(timeout=wait)
+            except queue.Empty:
+                return None
+            return message[2] if message[0] == "status" else None
+        finally:
+            self._process.unregister(key)
 
     def _kill_overdue(self, task, timeout, produced):
         log.warning("%s: the answer ran %.0f s past its %.0f s timeout; stopping worker process %d",
                     self.name, GRACE, timeout, self._process.pid)
         self._process.kill()
         _await_death(self._process)
-        self._active = None
         self.crashed = "killed after its timeout"
         raise RequestTimeout(f"{self.name}: the request did not end within its time limit of {timeout:.0f} s "
                              f"(geniex serve --request-timeout); {'its answer was cut' if produced else 'nothing was produced'}"
                              " and the model's worker was restarted")
 
-    def _wait_death(self):
+    @staticmethod
+    def _wait_death(replies):
         while True:
-            message = self._process.replies.get()
+            message = replies.get()
             if message[0] == "died":
                 return message[1]
 
@@ -432,7 +399,7 @@ class WorkerSession:
         """This session's worker process for the next load, or None after ending it
         (a worker that crashed, was killed, or is still in an answer is not reused)."""
         process = self._process
-        if self.alive and self._active is None and not process.stopped:
+        if self.alive and not self._active and not process.stopped:
             self.handed_over = True         # this session answers no more; close() leaves the process be
             return process
         self.close()
@@ -444,8 +411,10 @@ class WorkerSession:
             return
         process = self._process
         if process.alive():
-            if self._active is not None:
-                process.send(("cancel", self._active))
+            with self._lock:
+                active = list(self._active)
+            for run_id in active:
+                process.send(("cancel", run_id))
             process.send(("exit",))
         _reap(process)
 
@@ -621,210 +590,3 @@ def _emit(message):
     logger = logging.getLogger(name)
     if logger.isEnabledFor(level):
         logger.log(level, "%s", text)
-
-
-# -- the worker side ---------------------------------------------------------------------
-class _Forward(logging.Handler):
-    """The worker's log goes to the server as ``("log", level, logger, text)`` messages,
-    so it reaches the server's handlers (not only the worker's inherited stderr)."""
-
-    def __init__(self, sender):
-        super().__init__()
-        self._sender = sender
-        self.setFormatter(logging.Formatter("%(message)s"))
-
-    def emit(self, record):
-        try:
-            self._sender.put(("log", record.levelno, record.name, self.format(record)))
-        except Exception:       # noqa: BLE001 - logging never breaks an answer
-            self.handleError(record)
-
-
-class _Sender:
-    """Writes queued messages to the parent from its own thread: whatever accumulated
-    since the last write goes as one frame (batches when the answer is fast)."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self._cond = threading.Condition()
-        self._pending = []
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="geniex-worker-sender", daemon=True)
-        self._thread.start()
-
-    def put(self, message):
-        with self._cond:
-            self._pending.append(message)
-            self._cond.notify()
-
-    def _loop(self):
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._closed)
-                batch, self._pending = self._pending, []
-                closed = self._closed
-            if batch:
-                try:
-                    _write(self._stream, batch)
-                except (OSError, ValueError):
-                    os._exit(0)             # the server is gone
-            if closed:
-                return
-
-    def close(self):
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        self._thread.join()
-
-
-class _Worker:
-    def __init__(self, commands, sender):
-        self.commands = commands
-        self.sender = sender
-        self.session = None
-        self.current = None             # the run id being answered
-        self.cancel = threading.Event()
-        # A cancel can be read before the main thread starts its run (the server sends
-        # both back to back): kept here until that run starts, under the lock.
-        self.early = None
-        self._lock = threading.Lock()
-
-    def read(self, stdin):
-        """The reader thread: a cancel acts at once, other commands queue for the main
-        thread; the end of stdin (the server went away) cancels and exits."""
-        while True:
-            try:
-                message = _read(stdin)
-            except Exception:           # noqa: BLE001 - a broken pipe is a gone server
-                message = None
-            if message is None:
-                self.cancel.set()
-                self.commands.put(("exit",))
-                # Leave even if an answer does not reach its next step soon.
-                threading.Timer(CLOSE_WAIT, os._exit, (0,)).start()
-                return
-            if message[0] == "cancel":
-                with self._lock:
-                    if message[1] == self.current:
-                        self.cancel.set()
-                    else:
-                        self.early = message[1]     # its run is queued, not started yet
-                continue
-            self.commands.put(message)
-
-    def serve(self):
-        while True:
-            message = self.commands.get()
-            kind = message[0]
-            if kind == "exit":
-                if self.session is not None:
-                    self.session.close()
-                    self.session = None
-                return
-            if kind == "load":
-                self.load(*message[1:])
-            elif kind == "run":
-                self.run(*message[1:])
-
-    def load(self, target, options, level, native):
-        from geniex.engine.session import open_session
-        root = logging.getLogger("geniex")
-        if not any(isinstance(h, _Forward) for h in root.handlers):
-            root.addHandler(_Forward(self.sender))
-        root.propagate = False
-        root.setLevel(level)
-        logging.getLogger("geniex.llama.cpp").setLevel(native)
-        if self.session is not None:
-            # Reloaded in place: the model it replaces is freed first, as a new process would.
-            session, self.session = self.session, None
-            session.close()
-        try:
-            self.session = open_session(target, options)
-            # A vocabulary llama.cpp cannot tokenize ordinary text with (an SPM vocabulary
-            # without byte tokens aborts on the first newline) fails here, at load, where
-            # it is a load error, rather than in every request.
-            self.session.vocab.tokenize(PROBE, add_special=True, parse_special=False)
-            info = {"speculative": self.session.speculative, "spec_notes": self.session.spec_notes,
-                    "device_note": self.session.device_note, "nctx": self.session.n_ctx,
-                    "row_seconds": _row_seconds(self.session)}
-        except Exception as e:          # noqa: BLE001 - every failure goes back to the server
-            if not isinstance(e, GenieXError):
-                log.exception("loading %s failed", target.name)
-            self.sender.put(("error", _error_payload(e)))
-            return
-        self.sender.put(("loaded", info))
-
-    def run(self, run_id, task, timeout):
-        from geniex.engine import tasks
-        with self._lock:
-            self.cancel.clear()
-            self.current = run_id
-            if self.early == run_id:
-                self.cancel.set()
-            self.early = None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        over = []
-
-        def cancel():
-            if self.cancel.is_set():
-                return True
-            if deadline is not None and time.monotonic() > deadline:
-                over.append(True)
-                return True
-            return False
-
-        try:
-            for event in tasks.run(self.session, task, cancel):
-                if over and isinstance(event, tasks.Done) and event.stats.stop_reason == "user":
-                    if not event.stats.decode_tokens:
-                        raise RequestTimeout(f"the request did not end within its time limit of {timeout:g} s "
-                                             "(geniex serve --request-timeout): nothing was produced")
-                    event.stats.stop_reason = "time_limit"     # finish_reason "length"
-                self.sender.put(("event", run_id, event))
-        except Exception as e:          # noqa: BLE001 - every failure goes back to the server
-            from geniex.errors import Cancelled
-            if over and isinstance(e, Cancelled):
-                e = RequestTimeout(f"the request did not end within its time limit of {timeout:g} s "
-                                   f"(geniex serve --request-timeout): nothing was produced; its prompt was "
-                                   f"processed up to {e.done} of {e.total} tokens")
-            elif not isinstance(e, GenieXError):
-                log.exception("a %s failed", type(task).__name__)
-            self.sender.put(("error", run_id, _error_payload(e)))
-        else:
-            self.sender.put(("end", run_id))
-        finally:
-            self.current = None
-
-
-def _row_seconds(session):
-    """Seconds of one one-row decode on this model (after the load's warm-up), for the
-    default request timeout; the context is left empty, as the load leaves it."""
-    tok = session.vocab.bos if session.vocab.bos >= 0 else 0
-    t0 = time.perf_counter()
-    for pos in range(2):
-        session.ctx.decode(session.batch.fill([tok], pos))
-    seconds = (time.perf_counter() - t0) / 2
-    session.ctx.clear()
-    return seconds
-
-
-def main():
-    """The worker process: commands on stdin, replies on (a duplicate of) stdout."""
-    if hasattr(signal, "SIGINT"):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the server decides when we stop
-    stdin = sys.stdin.buffer
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray output goes to stderr, not into frames
-    worker = _Worker(queue.Queue(), _Sender(replies))
-    threading.Thread(target=worker.read, args=(stdin,), name="geniex-worker-reader", daemon=True).start()
-    worker.serve()
-    worker.sender.close()
-    # Leave without the interpreter's teardown: the model is freed, and nothing else
-    # needs finalizing (daemon threads may still sit in a read).
-    sys.stderr.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()
