@@ -155,7 +155,9 @@ class Session:
         slots = max(1, options.parallel)
         # With slots, each is a sequence with a KV stream of its own (kv_unified off):
         # n_ctx is theirs together, and a decode may hold every slot's rows.
-        self.ctx = Context(self.model, n_ctx=options.nctx * slots, n_batch=N_BATCH * slots,
+        # The library gives each sequence n_ctx / slots cells, a multiple of 256.
+        stream = options.nctx if slots == 1 else -(-options.nctx // 256) * 256
+        self.ctx = Context(self.model, n_ctx=stream * slots, n_batch=N_BATCH * slots,
                            n_ubatch=self._micro_batch(), n_seq_max=slots,
                            n_threads=self.threads, n_threads_batch=self.threads_batch,
                            n_rs_seq=self.n_rs_seq, type_k=options.cache_type_k,
@@ -394,7 +396,7 @@ class Session:
     @property
     def n_ctx(self):
         """The context one conversation has (each slot's, with slots)."""
-        return self.ctx.n_ctx // len(self.slots) if self.slots is not None else self.ctx.n_ctx
+        return self.options.nctx if self.slots is not None else self.ctx.n_ctx
 
     @property
     def speculative(self):

@@ -605,3 +605,34 @@ def test_identical_past_long_positions_at_defaults(long_pair, sessions, n_prompt
         assert len(out) > 40 and n_prompt + len(out) > (512 if n_prompt < 512 else 1024)
         if temperature == 0:
             assert stats.accepted > 0
+
+
+def test_identical_on_slots_with_up_to_four_answers_at_once(q8):
+    """draft-mtp on a model loaded with slots (``geniex serve --parallel``): each slot's
+    assistant context reads its own sequence of the target's KV, and every answer, one
+    at a time or four at once, greedy or seeded, past position 1,024, is the plain
+    one-slot answer (tests/speculative/test_slots_identity.py: the other methods)."""
+    from identity import task_answer, together
+    target, draft = q8["aligned"]
+    spec = SpecOptions(types=("draft-mtp",), draft_model=str(draft), draft_path=draft, policy="fixed")
+    plain = Session(target, LoadOptions(nctx=1100))
+    slots = Session(target, LoadOptions(nctx=1100, parallel=4, spec=spec, cache_ram=1 << 28))
+    try:
+        assert slots.speculative and len(slots.slots) == 4, slots.spec_notes
+        prompts = [prompt_of(plain, 1024 - 8, salt=i) for i in range(4)]
+        opts = [GenOptions(max_tokens=24, sampling=sampling(*((0.0, 0) if i % 2 == 0 else SEEDED[i])))
+                for i in range(4)]
+        want = []
+        for tokens, o in zip(prompts, opts):
+            plain.reset()
+            want.append(task_answer(plain, tokens, o)[0])
+        one = [task_answer(slots, tokens, o) for tokens, o in zip(prompts, opts)]
+        four = together(slots, list(zip(prompts, opts)))
+        for name, got in (("one at a time", one), ("four at once", four)):
+            for i, (tokens, stats) in enumerate(got):
+                assert tokens == want[i], f"{name}, client {i}: first difference at {first_diff(tokens, want[i])}"
+        assert sum(stats.accepted for _, stats in one + four) > 0
+        assert slots.batcher.seats > slots.batcher.decodes
+    finally:
+        slots.close()
+        plain.close()

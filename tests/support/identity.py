@@ -18,8 +18,10 @@ proved by a bench with two sessions (tests/speculative/test_speculative.py).
 """
 import contextlib
 import json
+import threading
 
 from geniex.config import physical_cores
+from geniex.engine import tasks
 from geniex.engine.loop import GenOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, Session
@@ -178,3 +180,36 @@ def inventory_tokens(session, n_tokens, line):
 
 def gen_options(max_tokens, sname, **kw):
     return GenOptions(max_tokens=max_tokens, sampling=SAMPLINGS[sname], **kw)
+
+
+# -- answers on a session's slots (tests of LoadOptions.parallel) ----------------------------
+def task_answer(session, tokens, opts, speculative=True):
+    """(answer tokens, Done stats) of a completion task on ``session``."""
+    task = tasks.CompletionTask(prompt=list(tokens), options=opts,
+                                streaming=tasks.Streaming(speculative=speculative))
+    got, stats = [], None
+    for event in tasks.run(session, task):
+        if isinstance(event, tasks.Piece):
+            got.extend(event.tokens)
+        elif isinstance(event, tasks.Done):
+            stats = event.stats
+    return got, stats
+
+
+def together(session, jobs, speculative=True):
+    """Answer ``jobs`` ([(tokens, opts)]) at once, each from its own thread."""
+    out = [None] * len(jobs)
+    errors = []
+
+    def client(i):
+        try:
+            out[i] = task_answer(session, *jobs[i], speculative)
+        except BaseException as e:     # noqa: BLE001 - reported by the test
+            errors.append(e)
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert not errors, errors
+    return out

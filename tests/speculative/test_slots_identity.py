@@ -1,0 +1,110 @@
+"""Several answers at once on one model's slots (``LoadOptions.parallel``, ``geniex serve
+--parallel``) are each the answer the target alone gives: for every drafting method,
+greedy and seeded, with 1 to 4 answers running together, past position 1,024, and
+whatever the slots' caches held before (geniex.engine.batcher, geniex.engine.slots).
+
+The reference is a plain one-slot session (the target alone).
+Each slotted session answers the prompts one at a time first (one client), then all at
+once (two and four clients), the prompts then coming back from
+the slots' KV or the prompt cache. The prompts share a long opening (one ~1,000-token prefill per
+session, the rest restored): they end 8 tokens before position 1,024 and the answers
+run 24 tokens, so every verify past 1,024 is covered.
+"""
+import pytest
+
+from geniex.engine.loop import GenOptions
+from geniex.engine.session import LoadOptions, Session
+from geniex.speculative.options import SpecOptions
+from identity import SAMPLINGS, first_difference, inventory_line, inventory_tokens, task_answer as answer, together
+
+N_PROMPT = 1024 - 8
+ANSWER = 24
+CLIENTS = 4
+
+
+def prompts(session):
+    """Four prompts of :data:`N_PROMPT` tokens sharing all but their last lines."""
+    base = inventory_tokens(session, N_PROMPT - 40, inventory_line)
+    out = []
+    for i in range(CLIENTS):
+        tail = session.vocab.tokenize(f"\n# part {i}: " + inventory_line(100 + 17 * i) * 3, add_special=False)
+        out.append((base + tail)[:N_PROMPT])
+    return out
+
+
+def options(i):
+    """Clients 0 and 2 greedy, 1 and 3 seeded sampling."""
+    return GenOptions(max_tokens=ANSWER, sampling=SAMPLINGS["greedy" if i % 2 == 0 else "seeded"])
+
+
+@pytest.fixture(scope="module")
+def reference(demo_model):
+    """The target alone: a plain one-slot session, each prompt from an empty cache."""
+    plain = Session(demo_model, LoadOptions(nctx=1100))
+    try:
+        ps = prompts(plain)
+        # The first from an empty cache; the others keep the opening it holds (one
+        # prefill: what a prefix kept in a quantized cache holds is what a fresh
+        # prefill writes, tests/server/test_prompt_cache.py).
+        answers = [answer(plain, tokens, options(i))[0] for i, tokens in enumerate(ps)]
+        yield ps, answers
+    finally:
+        plain.close()
+
+
+@pytest.fixture(scope="module")
+def ngram_slots(demo_model):
+    """Slots loaded with ngram-mod at its defaults; a task with ``speculative=False``
+    answers plainly on them (one load and one prefill for both)."""
+    session = Session(demo_model, LoadOptions(nctx=1100, parallel=CLIENTS, cache_ram=1 << 30,
+                                              spec=SpecOptions(types=("ngram-mod",))))
+    yield session
+    session.close()
+
+
+def check(session, ps, want, speculative, rounds):
+    """Answer the prompts one at a time, then ``rounds`` (client orders) at once; every
+    answer must be the target alone's. Returns the drafts accepted."""
+    runs = {"one client": [answer(session, tokens, options(i), speculative) for i, tokens in enumerate(ps)]}
+    for order in rounds:
+        runs[f"{len(order)} clients"] = list(zip(order, together(
+            session, [(ps[i], options(i)) for i in order], speculative)))
+    runs["one client"] = list(enumerate(runs["one client"]))
+    accepted = 0
+    for name, got in runs.items():
+        for i, (tokens, stats) in got:
+            assert tokens == want[i], f"{name}, client {i}: parts from the target alone at {first_difference(tokens, want[i])}"
+            assert stats.prompt_tokens + len(tokens) > 1024     # the answer ran past position 1,024
+            accepted += stats.accepted
+        if name != "one client":
+            # The prompts were found kept (in a slot, or the prompt cache: conversations
+            # pushed out of a slot are kept there).
+            assert all(stats.prompt_reused > 0 for _, (_, stats) in got), name
+    assert session.batcher.seats > session.batcher.decodes       # decodes did hold several slots
+    return accepted
+
+
+def test_plain_answers_on_slots_are_the_target_alone(ngram_slots, reference):
+    ps, want = reference
+    assert len(ngram_slots.slots) == CLIENTS
+    assert check(ngram_slots, ps, want, False, [(2, 1), (0, 1, 2, 3)]) == 0
+
+
+def test_ngram_mod_answers_on_slots_are_the_target_alone(ngram_slots, reference):
+    ps, want = reference
+    assert ngram_slots.speculative, ngram_slots.spec_notes
+    assert check(ngram_slots, ps, want, True, [(3, 0, 2, 1)]) > 0, "nothing was drafted: the identity was not tested"
+
+
+def test_draft_simple_answers_on_slots_are_the_target_alone(demo_model, reference):
+    """The demo model drafting for itself, fixed lengths: its drafts are accepted whole
+    greedy and partly seeded, so long verifies and rejections both happen. Each slot's
+    draft context reads its prompt itself: two at once."""
+    ps, want = reference
+    spec = SpecOptions(types=("draft-simple",), draft_model="demo", draft_path=demo_model, n_max=6, policy="fixed")
+    session = Session(demo_model, LoadOptions(nctx=1100, parallel=2, spec=spec, cache_ram=1 << 30))
+    try:
+        assert session.speculative, session.spec_notes
+        assert check(session, ps, want, True, [(2, 1)]) > 0
+    finally:
+        session.close()
