@@ -145,10 +145,10 @@ class Answerer:
     def _answer(self, place, task, body, caller, warnings, field):
         """``task`` answered under a turn on ``place``'s model, reusing the cached prompt
         as ``cache_prompt`` (or else GenieX-KeepCache) says, and only the caller's own."""
-        lease = self._take(place, caller)
         keep = body.get("cache_prompt")
-        if keep is not None and not isinstance(keep, bool):
+        if keep is not None and not isinstance(keep, bool):      # (checked before a slot is taken)
             raise ApiError(400, "cache_prompt: expected a boolean", param="cache_prompt", code="invalid_value")
+        lease = self._take(place, caller)
         task = dataclasses.replace(task, keep_cache=caller.keep_cache if keep is None else keep, owner=caller.owner)
         return answers.start(lease, task, caller.cancel, self.timeout(lease), place.target.name,
                              place.warnings + warnings, self.metrics, field)

@@ -265,15 +265,17 @@ def serve_llamacpp(model_path):
     del server
 
 
-def settings(llamacpp):
+def settings(geniex, llamacpp):
     """What each side ran, as far as it says: llama.cpp's slots and context from /props,
     its threads from its log; geniex's from its defaults (every physical core)."""
     from geniex.config import physical_cores
     props = requests.get(llamacpp.url + "/props", timeout=60).json()
     threads = re.findall(r"n_threads = (\d+)", llamacpp.log.read_text(errors="replace"))
-    return {"geniex": "geniex serve at its defaults: nctx 4096, q8_0 KV cache, 512-row prompt micro-batches, "
-                      "prompts reused, conversations kept in host memory (--cache-ram 8192), one answer at a "
-                      f"time, {physical_cores()} threads",
+    health = requests.get(geniex.url + "/health", timeout=60).json()
+    return {"geniex": "geniex serve at its defaults: nctx 4096 per slot, q8_0 KV cache, 512-row prompt "
+                      "micro-batches, prompts reused, conversations kept in host memory (--cache-ram 8192), "
+                      f"{health.get('slots') or '?'} slots with one KV stream each, their rows in one decode, "
+                      f"{physical_cores()} threads",
             "llama.cpp": f"llama.cpp server (xllamacpp b11549) at llama-server's defaults: {props['total_slots']} "
                          f"slots over a unified KV cache (n_ctx {SLOTS * SLOT_CTX} asked, "
                          f"{props['default_generation_settings']['n_ctx']} per slot as it reports), F16 KV cache, "
@@ -337,7 +339,7 @@ def main(argv=None):
         servers.append(start_llamacpp(workdir, model_path))
         for s in servers:
             ask(s.url, short_conv(random.Random("warm")), 2)        # loads geniex's model
-        ran = settings(servers[1])
+        ran = settings(servers[0], servers[1])
         print(f"# clients bench: {model_path.name}, {n_rounds} round(s), files ~{sizes.file} tokens, "
               f"answers {sizes.answer} tokens; {cpus} CPUs; logs in {workdir}")
         for line in ran.values():
