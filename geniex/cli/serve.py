@@ -159,14 +159,14 @@ def run(args):
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)
 
 
+MAX_PARALLEL = 64
+
+
 def _parallel(n):
     """``--parallel``, checked before listening."""
     if not 1 <= n <= MAX_PARALLEL:
         raise UsageError(f"--parallel {n}: expected 1 to {MAX_PARALLEL} slots")
     return n
-
-
-MAX_PARALLEL = 64
 
 
 def _cache_ram(mib):

@@ -46,6 +46,7 @@ class Batcher:
         self.lock = threading.RLock()
         self.batch = Batch(ctx.n_batch)
         self._ids = [(ctypes.c_int32 * 1)(seq) for seq in range(n_slots)]
+        self._id_ptrs = [ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32)) for ids in self._ids]
         self._row_seq = [0] * ctx.n_batch        # which sequence's id each group row points at
         self._cond = threading.Condition()
         self._busy = set()                       # slots in an answer
@@ -148,10 +149,10 @@ class Batcher:
             group.tokens[rows:rows + n] = src.tokens[:n]
             group.pos[rows:rows + n] = src.pos[:n]
             group.logits[rows:rows + n] = src.logits[:n]
-            ids = self._ids[seq]
+            ptr = self._id_ptrs[seq]
             for i in range(rows, rows + n):
                 if self._row_seq[i] != seq:         # set a row's pointer only when it changes
-                    group._seq_ptrs[i] = ctypes.cast(ids, ctypes.POINTER(ctypes.c_int32))
+                    group._seq_ptrs[i] = ptr
                     self._row_seq[i] = seq
             self._offsets[seq] = rows
             rows += n

@@ -51,7 +51,7 @@ class Slot:
                 round(time.monotonic() - self.last_used, 3)}
 
 
-class LockedDrafter(Drafter):
+class OnDecodeThread(Drafter):
     """A slot's drafter whose library work runs on the batcher's decode thread (under
     the model's lock): a draft context decodes on the library too, and an MTP draft
     reads the target context's KV, so no drafting may overlap the slots' shared decode
@@ -92,7 +92,7 @@ class Slots:
         self.slots = []
         for seq, (view, drafter) in enumerate(zip(views, drafters)):
             if drafter is not None:
-                drafter = LockedDrafter(drafter, batcher)
+                drafter = OnDecodeThread(drafter, batcher)
             self.slots.append(Slot(seq, view, drafter, copy.deepcopy(policy), n_batch))
         self._cond = threading.Condition()
 
@@ -167,6 +167,11 @@ class Slots:
                 s.drafter = None
 
 
+def _on_slot(name):
+    """A SlotSession attribute that reads and writes its slot's (what outlives the answer)."""
+    return property(lambda self: getattr(self.slot, name), lambda self, value: setattr(self.slot, name, value))
+
+
 class SlotSession:
     """The session as one answer on one slot sees it: the slot's context view, KV
     history, batch, drafter and policy; everything else (model, vocabulary, options,
@@ -182,21 +187,8 @@ class SlotSession:
     def __getattr__(self, name):
         return getattr(self._session, name)
 
-    @property
-    def policy(self):
-        return self.slot.policy
-
-    @policy.setter
-    def policy(self, value):
-        self.slot.policy = value
-
-    @property
-    def kv_owner(self):
-        return self.slot.kv_owner
-
-    @kv_owner.setter
-    def kv_owner(self, value):
-        self.slot.kv_owner = value
+    policy = _on_slot("policy")
+    kv_owner = _on_slot("kv_owner")
 
     @property
     def speculative(self):

@@ -362,12 +362,12 @@ class Context:
     def load_state(self, data, seq=0):
         """Put back a state :meth:`save_state` gave (the sequence is emptied first); False
         when the library refused it (the sequence is then empty)."""
-        clear = (lambda: self.clear()) if self.params.n_seq_max == 1 else (lambda: self.clear(seq))
-        clear()
+        only = seq if self.params.n_seq_max > 1 else None      # alone: the whole cache
+        self.clear(only)
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if self._lib.llama_state_seq_set_data(self.ptr, buf, len(data), seq) == len(data):
             return True
-        clear()
+        self.clear(only)
         return False
 
     # -- hidden states for MTP/NextN drafting (llama.cpp's private staging API) -------

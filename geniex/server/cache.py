@@ -156,7 +156,7 @@ class ModelCache:
         me = object()
         with self._cond:
             if (self.max_queue is not None and len(self._queue) >= self.max_queue
-                    and not (not self._queue and self._startable(key) is not None)):
+                    and (self._queue or self._startable(key) is None)):
                 log.warning("queue full (%d waiting): answered 503", self.max_queue)
                 raise ApiError(503, f"the server is busy: {self.max_queue} requests are already waiting for the "
                                "model; retry later", code="server_busy", headers={"Retry-After": str(RETRY_AFTER)})
