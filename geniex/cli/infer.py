@@ -63,7 +63,9 @@ def run(args):
         if verbose:
             print(f"model: {model.name} ({session.model.describe()}); {session.device_note}; "
                   f"context {session.ctx.n_ctx} tokens; threads {session.threads}/{session.threads_batch}; "
-                  f"KV cache {session.options.cache_type_k}/{session.options.cache_type_v}",
+                  f"KV cache {session.options.cache_type_k}/{session.options.cache_type_v}; "
+                  + ("prompts read in an F16 cache" if session.reader is not None else
+                     f"prompts decoded on it ({session.reader_note or '--prompt-kv none'})"),
                   file=sys.stderr)
             for note in session.spec_notes:
                 if not note.startswith(FALLBACK):      # already logged as a warning

@@ -80,6 +80,10 @@ def add_model_flags(p):
                         "speculative output bitwise identical on every core; see docs/speculative.md)")
     g.add_argument("-ctv", "--cache-type-v", type=_cache_type("--cache-type-v"), default="q8_0",
                    help="KV cache type for V (default q8_0)")
+    g.add_argument("--prompt-kv", choices=("f16", "none"), default="f16",
+                   help="read the prompt in an F16 KV cache of its own, whose cells then move to the quantized "
+                        "cache the answer decodes on: 1.7x faster prompts on CPU for F16 KV memory on top, the "
+                        "answer unchanged (default f16; none: decode the prompt on the answer's cache)")
     s = p.add_argument_group("answer")
     s.add_argument("--max-tokens", type=_positive("--max-tokens"), default=2048, help="answer length limit (default 2048)")
     s.add_argument("--stop", action="append", default=[], help="stop string (repeatable); not printed")

@@ -131,6 +131,9 @@ def run(args):
                          "use `geniex infer --spec-trace` instead")
     if args.threads:
         print("note: --threads applies to `geniex infer`; the server picks its own threads", file=sys.stderr)
+    if args.prompt_kv != "f16":
+        print("note: --prompt-kv applies to `geniex infer`; the server reads prompts as `geniex serve "
+              "--prompt-kv` says", file=sys.stderr)
     prompts = console.prompts(args)
     client = Client(args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST,
                     args.api_key or os.environ.get("GENIEX_API_KEY"))

@@ -44,6 +44,10 @@ def register(sub):
                    help="default compute: cpu, gpu, npu or devices like HTP0,HTP1 (default: best available)")
     p.add_argument("-ctk", "--cache-type-k", default="q8_0", help="default KV cache type for K (default q8_0)")
     p.add_argument("-ctv", "--cache-type-v", default="q8_0", help="default KV cache type for V (default q8_0)")
+    p.add_argument("--prompt-kv", choices=("f16", "none"), default="f16",
+                   help="read prompts in an F16 KV cache of their own, whose cells then move to the quantized "
+                        "cache answers decode on: 1.7x faster prompts on CPU for F16 KV memory on top, answers "
+                        "unchanged (default f16; none: prompts decode on the answer's cache; docs/speculative.md)")
     p.add_argument("--cache-ram", type=int, default=8192, metavar="MiB",
                    help="host memory for conversations that left the context, so a client that comes back "
                         "(an agent after another spoke) pays only for its new tokens; least recently used "
@@ -141,7 +145,8 @@ def run(args):
     config = ServerConfig(data_dir=args.data_dir, keepalive=_keepalive(args.keepalive),
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
-                                            cache_type_v=ggml_name(args.cache_type_v), n_predict=args.n_predict,
+                                            cache_type_v=ggml_name(args.cache_type_v), prompt_kv=args.prompt_kv,
+                                            n_predict=args.n_predict,
                                             reasoning_format=args.reasoning_format,
                                             reasoning_budget=_reasoning_budget(args.reasoning_budget),
                                             reasoning_budget_message=args.reasoning_budget_message,

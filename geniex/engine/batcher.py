@@ -21,6 +21,7 @@ a quantized KV cache a row's bits do not depend on how many rows share its batch
 (geniex.llama.cache_types.shape_free), so neither another slot's rows nor the way the
 library cuts the batch into micro-batches changes them.
 """
+import contextlib
 import ctypes
 import queue
 import threading
@@ -80,6 +81,22 @@ class Batcher:
     def busy(self):
         with self._cond:
             return len(self._busy)
+
+    @contextlib.contextmanager
+    def aside(self, seq):
+        """Slot ``seq`` stands out of the shared decodes for a while (its prompt is read
+        in another context, geniex.engine.prompt_reader): the others decode meanwhile
+        instead of waiting for its rows."""
+        with self._cond:
+            was = seq in self._busy
+            self._busy.discard(seq)
+            self._schedule()
+        try:
+            yield
+        finally:
+            if was:
+                with self._cond:
+                    self._busy.add(seq)
 
     def decode(self, seq, batch):
         """Decode slot ``seq``'s rows (``batch``, its own) with the other busy slots'

@@ -97,14 +97,15 @@ def trained_context(header):
     return value or None
 
 
-def context_size(model, nctx, explicit=True, budget=None, field="--nctx", slots=1):
+def context_size(model, nctx, explicit=True, budget=None, field="--nctx", slots=1, reader=False):
     """The context size to open ``model`` (a ResolvedModel) with.
 
     ``explicit``: the caller asked for ``nctx`` (a flag or request field), so more than
     the trained context is an error; a default is cut down to it instead. Raises
     UsageError naming ``field`` when ``nctx`` is beyond the trained context or its KV
     cache would exceed ``budget`` bytes (default :func:`default_budget`): one of
-    ``nctx`` tokens per slot (``geniex serve --parallel``).
+    ``nctx`` tokens per slot (``geniex serve --parallel``), and with ``reader`` another
+    F16 one per slot that prompts are read in (``--prompt-kv f16``).
     """
     if nctx is None or nctx < 1:
         raise UsageError(f"{field} must be a positive number of tokens (got {nctx})")
@@ -122,7 +123,7 @@ def context_size(model, nctx, explicit=True, budget=None, field="--nctx", slots=
         log.info("context cut from %d to %s's trained %d tokens", nctx, model.name, trained)
         nctx = trained
     budget = default_budget() if budget is None else budget
-    per_token = kv_bytes_per_token(header)
+    per_token = kv_bytes_per_token(header) * (2 if reader else 1)
     slots = max(1, slots)
     if budget and per_token and nctx * per_token * slots > budget:
         fits = budget // (per_token * slots)
@@ -130,12 +131,13 @@ def context_size(model, nctx, explicit=True, budget=None, field="--nctx", slots=
         raise UsageError(f"{field} {nctx}{each} needs about {nctx * per_token * slots / 2**20:,.0f} MiB of KV "
                          f"cache, more than the memory budget of {budget / 2**20:,.0f} MiB ({BUDGET_ENV} or "
                          f"`geniex serve --memory-budget`); use at most {fits}"
-                         f"{' or fewer slots' if slots > 1 else ''}")
+                         f"{' or fewer slots' if slots > 1 else ''}{' (or --prompt-kv none)' if reader else ''}")
     return nctx
 
 
 def checked(model, options, explicit=False, budget=None):
     """``options`` (LoadOptions) with ``nctx`` passed through :func:`context_size`
     (``open_session`` calls it on every model it opens)."""
-    nctx = context_size(model, options.nctx, explicit=explicit, budget=budget, slots=options.parallel)
+    nctx = context_size(model, options.nctx, explicit=explicit, budget=budget, slots=options.parallel,
+                        reader=options.prompt_kv == "f16")
     return options if nctx == options.nctx else dataclasses.replace(options, nctx=nctx)

@@ -25,7 +25,6 @@ from geniex.engine.sampling import Sampler
 from geniex.engine.stats import Stats
 from geniex.engine.text import TextStream
 from geniex.errors import ContextLengthExceeded, GenieXError
-from geniex.llama.kv import prefill
 from geniex.speculative.drafters.base import EMPTY, NO_DRAFTER
 from geniex.speculative.policy import FixedPolicy
 
@@ -276,7 +275,7 @@ def _prefill_prompt(ctx, kv, batch, history, cancel, stats, progress=None):
         progress(total, cached, cached)
         # The last prompt token is decoded by the first verify step: count it there.
         report = lambda pos: progress(total, cached, pos if pos < n_past else total)
-    row = prefill(ctx, batch, history, stats.prompt_reused, n_past, cancel, report)
+    row = kv.fill(batch, history, stats.prompt_reused, n_past, cancel, report)
     if report is not None and stats.prompt_reused >= n_past:
         report(n_past)
     stats.prompt_time = time.perf_counter() - t0

@@ -62,15 +62,17 @@ class PromptCache:
                     found, shared = key, n
         return found, shared
 
-    def save(self, ctx, tokens, owner):
-        """Keep the context's conversation (``tokens``), replacing the owner's entries it
-        extends or repeats, and dropping the least recently used past the bound."""
+    def save(self, kv, owner):
+        """Keep the conversation of ``kv`` (a KvHistory: its tokens and a snapshot of its
+        cache), replacing the owner's entries it extends or repeats, and dropping the least
+        recently used past the bound."""
+        tokens = kv.tokens
         if self.capacity <= 0 or len(tokens) < MIN_TOKENS:
             return
         for key in [k for k, e in self._entries.items()
                     if e.owner == owner and common_prefix(e.tokens, tokens) == len(e.tokens)]:
             self._drop(key)
-        state = ctx.save_state()
+        state = kv.snapshot()
         if len(state) > self.capacity:
             log.info("prompt cache: a %d-token conversation (%d MiB) is larger than --cache-ram", len(tokens),
                      len(state) >> 20)
@@ -82,16 +84,16 @@ class PromptCache:
         self.size += len(state)
         self.saved += 1
 
-    def restore(self, ctx, key):
-        """Put entry ``key`` back into the context (and out of the cache); its tokens, or
-        None when the library refused the state (the context is then empty)."""
+    def restore(self, kv, key):
+        """Put entry ``key`` back into ``kv``'s cache (and out of this one); False when the
+        library refused the state (the cache is then empty)."""
         entry = self._entries.pop(key)
         self.size -= len(entry.state)
-        if not ctx.load_state(entry.state):
+        if not kv.restore(entry.state, entry.tokens):
             log.warning("prompt cache: the library refused a saved state; decoding the prompt again")
-            return None
+            return False
         self.hits += 1
-        return entry.tokens
+        return True
 
     def _drop(self, key):
         self.size -= len(self._entries.pop(key).state)

@@ -27,10 +27,10 @@ class Slot:
     """One sequence of the target context and what an answer on it keeps between answers:
     its KV history and owner, its drafter (the n-gram methods' memory) and policy."""
 
-    def __init__(self, seq, view, drafter, policy, n_batch):
+    def __init__(self, seq, view, drafter, policy, n_batch, kv=None):
         self.seq = seq
         self.ctx = view
-        self.kv = KvHistory(view)
+        self.kv = kv or KvHistory(view)
         self.kv_owner = None
         self.batch = Batch(n_batch)
         self.drafter = drafter
@@ -60,6 +60,7 @@ class OnDecodeThread(Drafter):
     def __init__(self, drafter, batcher):
         self.inner, self._batcher = drafter, batcher
         self.name, self.n_max, self.continues = drafter.name, drafter.n_max, drafter.continues
+        self.reads_target_rows = drafter.reads_target_rows
 
     def limit(self, room):
         return self.inner.limit(room)
@@ -93,7 +94,7 @@ class Slots:
         for seq, (view, drafter) in enumerate(zip(views, drafters)):
             if drafter is not None:
                 drafter = OnDecodeThread(drafter, batcher)
-            self.slots.append(Slot(seq, view, drafter, copy.deepcopy(policy), n_batch))
+            self.slots.append(Slot(seq, view, drafter, copy.deepcopy(policy), n_batch, session.history(view, seq)))
         self._cond = threading.Condition()
 
     def __len__(self):

@@ -257,6 +257,12 @@ OPTIONAL_FUNCTIONS = {
     # tests check geniex.llama.gguf_file's own table against them
     "ggml_blck_size": (ctypes.c_int64, [c_int]),
     "ggml_type_size": (c_size_t, [c_int]),
+    "ggml_row_size": (c_size_t, [c_int, ctypes.c_int64]),
+    # Quantize rows of floats as the KV cache stores them (geniex.llama.kv_state turns a
+    # sequence's F16 cells into the target's quantized ones): type, src, dst, first row
+    # (times n_per_row: the element offset), rows, elements per row, importance matrix
+    "ggml_quantize_chunk": (c_size_t, [c_int, POINTER(c_float), c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                       ctypes.c_int64, POINTER(c_float)]),
 }
 
 # The MTP hidden-state staging API is declared only in llama.cpp's private

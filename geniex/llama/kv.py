@@ -73,7 +73,25 @@ class KvHistory:
         del self.tokens[keep:]
         return keep
 
+    def fill(self, batch, tokens, start, end, cancel=None, progress=None):
+        """Decode ``tokens[start:end]`` after :meth:`sync` kept ``start`` of them, as
+        :func:`prefill` does (a history whose prompts another context reads does that)."""
+        return prefill(self.ctx, batch, tokens, start, end, cancel, progress)
+
     def reset(self):
         """Forget everything: the next prompt is decoded from scratch."""
         self.ctx.clear()
         self.tokens = []
+
+    def snapshot(self):
+        """The cache's conversation as a value for a prompt cache (``len()`` is its bytes)."""
+        return self.ctx.save_state()
+
+    def restore(self, snapshot, tokens):
+        """Put back a :meth:`snapshot` holding ``tokens``; False if the library refused it
+        (the cache is then empty)."""
+        if not self.ctx.load_state(snapshot):
+            self.tokens = []
+            return False
+        self.tokens = list(tokens)
+        return True

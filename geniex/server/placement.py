@@ -40,6 +40,7 @@ class Defaults:
     compute: str | None = None
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
+    prompt_kv: str = "f16"           # how prompts are read (--prompt-kv; LoadOptions.prompt_kv)
     # The speculative setup of a request that sets no spec_* field (serve's --spec-* flags).
     spec: spec_options.SpecOptions = field(default_factory=spec_options.SpecOptions)
     fixed_load: bool = False         # requests may not change the load settings (--fixed-load)
@@ -207,7 +208,7 @@ class Placer:
         try:
             return limits.context_size(target, nctx, explicit=explicit, budget=self.memory_budget,
                                        field="nctx" if explicit else "the server's --nctx",
-                                       slots=self.defaults.parallel)
+                                       slots=self.defaults.parallel, reader=self.defaults.prompt_kv == "f16")
         except UsageError as e:
             raise ApiError(400, str(e), param="nctx", code="invalid_value") from None
 

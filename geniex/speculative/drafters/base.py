@@ -45,6 +45,9 @@ class Drafter:
     # Whether ``propose`` may be given a history that runs past the committed one (tokens
     # drafted before it, e.g. a grammar's forced run) without learning from them.
     continues = False
+    # Whether ``begin`` reads the target's hidden states of the prompt's rows (MTP,
+    # NextN): a prompt read in another context (geniex.engine.prompt_reader) has none.
+    reads_target_rows = False
 
     def limit(self, room):
         """How many tokens this step may draft: the loop's room within our maximum."""
@@ -82,6 +85,7 @@ class DrafterChain(Drafter):
         self.name = ",".join(d.name for d in self.drafters)
         self.n_max = max(d.n_max for d in self.drafters)
         self.continues = all(d.continues for d in self.drafters)
+        self.reads_target_rows = any(d.reads_target_rows for d in self.drafters)
 
     def begin(self, history, n_past, target_row):
         for d in self.drafters:

@@ -17,6 +17,8 @@ class HiddenStateDrafter(ModelDrafter):
     """What both MTP drafters share: a draft row carries a token and a hidden state, the
     next row's state is the draft's own output, and the proposal is the top-10 argmax."""
 
+    reads_target_rows = True
+
     advances = True   # whether each draft row moves to the next position
 
     def score(self):

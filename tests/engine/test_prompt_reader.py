@@ -1,0 +1,191 @@
+"""Prompts read in an F16 context and moved into the target's quantized cache
+(geniex.engine.prompt_reader, geniex.llama.kv_state): the cells are what a fresh read
+writes whatever was cached before and however the read is cut, and the answers are the
+target's own."""
+import numpy as np
+import pytest
+
+from geniex.engine import prompt_reader
+from geniex.engine.loop import GenOptions
+from geniex.engine.prompt_reader import READ_MIN, read_chunks
+from geniex.engine.sampling import SamplingParams
+from geniex.engine.session import LoadOptions, Session
+from geniex.errors import UsageError
+from geniex.engine.session import load_options
+from geniex.llama import kv_state
+
+
+# -- model-free -----------------------------------------------------------------------
+@pytest.mark.parametrize("size", [512, 100, 64])
+@pytest.mark.parametrize("start,end", [(0, 64), (0, 65), (0, 511), (0, 512), (0, 513), (0, 575), (0, 576),
+                                       (10, 1700), (100, 164), (3, 1027), (0, 1177), (0, 2048)])
+def test_read_chunks_are_never_under_the_tile_and_cover_the_range(start, end, size):
+    chunks = read_chunks(start, end, size)
+    assert chunks[0][0] == start and sum(n for _, n in chunks) == end - start
+    assert all(pos + n == nxt for (pos, n), (nxt, _) in zip(chunks, chunks[1:]))
+    assert all(READ_MIN <= n <= max(size, 2 * READ_MIN - 1) for _, n in chunks)
+
+
+def sylvester(n):
+    h = np.array([[1.0]])
+    while len(h) < n:
+        h = np.block([[h, h], [h, -h]])
+    return h / np.sqrt(n)
+
+
+@pytest.mark.parametrize("n", [16, 64])
+def test_hadamard_is_the_normalized_sylvester_matrix_and_does_not_depend_on_the_rows_turned(n):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 3 * n)).astype(np.float32)
+    turned = kv_state.hadamard(x.copy(), n)
+    want = (x.reshape(-1, n).astype(np.float64) @ sylvester(n)).reshape(50, -1)
+    assert np.abs(turned - want).max() < 1e-5
+    one_by_one = np.concatenate([kv_state.hadamard(x[i:i + 1].copy(), n) for i in range(50)])
+    assert np.array_equal(one_by_one, turned)        # bitwise: a row's cells do not depend on its company
+
+
+def test_parse_refuses_what_is_not_a_plain_kv_cache():
+    with pytest.raises(kv_state.StateFormatError):
+        kv_state.parse(b"\0" * 4)
+    with pytest.raises(kv_state.StateFormatError, match="no cells"):
+        kv_state.parse(bytes(8) + (1).to_bytes(4, "little") + bytes(4))
+    with pytest.raises(kv_state.StateFormatError, match="bytes after"):
+        kv_state.parse(bytes(8) + (1).to_bytes(4, "little") + bytes(4) + b"extra")
+
+
+def test_prompt_kv_takes_f16_or_none():
+    assert load_options({}).prompt_kv == "f16"
+    assert load_options({"prompt_kv": "NONE"}).prompt_kv == "none"
+    with pytest.raises(UsageError, match="--prompt-kv q8_0: expected one of f16, none"):
+        load_options({"prompt_kv": "q8_0"})
+
+
+# -- the demo model -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def session(demo_model):
+    s = Session(demo_model, LoadOptions(nctx=2048))
+    yield s
+    s.close()
+
+
+def text_of(n_lines, seed=0):
+    return "".join(f"def load_{i}(request, answer):\n    x = read(token, {(i * 7 + seed) % 13})\n"
+                   f"    return slot_{(i + seed) % 5}\n" for i in range(n_lines))
+
+
+def chat(session, content):
+    return session.tokenize_prompt(f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def answer(session, tokens, n=24, **kw):
+    gen = session.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(**kw)))
+    out = [t for step in gen for t in step.committed]
+    return out, gen.stats
+
+
+def test_the_default_load_reads_prompts_in_f16_and_short_prompts_on_the_target(session):
+    assert session.reader is not None and session.reader_note is None
+    reads = session.reader.reads
+    session.reset()
+    answer(session, chat(session, "Hi"))                   # under READ_MIN tokens: decoded directly
+    assert session.reader.reads == reads
+    _, stats = answer(session, chat(session, text_of(20)))
+    assert session.reader.reads == reads + 1 and stats.prompt_reused == 0
+    assert session.kv.converted == stats.prompt_tokens - 1
+
+
+def test_an_answer_does_not_depend_on_what_the_cache_held(session):
+    # A conversation that comes back (its last answer and a new turn after a prompt that
+    # was read), a short one that grows past READ_MIN, and one that shrinks: each answer
+    # equals the same prompt answered from an empty cache, greedy and seeded.
+    first = chat(session, text_of(12) + "Which function returns slot_2?")
+    for kw in ({}, {"temperature": 0.8, "top_k": 40, "seed": 5}):
+        session.reset()
+        a, _ = answer(session, first, **kw)
+        back = first + a + chat(session, "And which reads token 3? " + text_of(2, seed=4))[1:]
+        warm, stats = answer(session, back, **kw)
+        assert 0 < stats.prompt_reused < len(first)          # read again from its last prompt, not from 0
+        session.reset()
+        assert answer(session, back, **kw)[0] == warm
+    short = chat(session, "Count to three.")
+    assert len(short) < READ_MIN
+    session.reset()
+    s, _ = answer(session, short, n=8)
+    grown = short + s + chat(session, text_of(6))[1:]
+    warm, _ = answer(session, grown)
+    session.reset()
+    assert answer(session, grown)[0] == warm
+    shrunk = grown[:READ_MIN + 20]
+    warm, _ = answer(session, shrunk)                 # most of it held, read again from its tail
+    session.reset()
+    assert answer(session, shrunk)[0] == warm
+
+
+def test_the_cells_do_not_depend_on_how_the_read_is_cut(session):
+    prompt = chat(session, text_of(22))
+    assert len(prompt) > 512
+    outs, states = [], []
+    for chunk in (512, 64, 100):
+        session.reset()
+        session.reader.chunk = chunk
+        try:
+            outs.append(answer(session, prompt, n=8)[0])
+        finally:
+            session.reader.chunk = prompt_reader.READ_CHUNK
+        states.append(session.ctx.save_state())
+    assert outs[0] == outs[1] == outs[2]
+    assert states[0] == states[1] == states[2]
+
+
+def test_read_answers_are_close_to_the_target_reading_alone(session, demo_model):
+    # The cells differ from the target's own by F16 rounding before quantization, so the
+    # two loads' answers agree as long as no near-tie is met: the first tokens here.
+    prompt = chat(session, text_of(12) + "Name one function.")
+    session.reset()
+    read, _ = answer(session, prompt, n=6)
+    direct = Session(demo_model, LoadOptions(nctx=2048, prompt_kv="none"))
+    try:
+        assert direct.reader is None
+        assert answer(direct, prompt, n=6)[0] == read
+    finally:
+        direct.close()
+
+
+def test_a_conversation_back_from_the_prompt_cache_answers_as_fresh(demo_model):
+    s = Session(demo_model, LoadOptions(nctx=2048, cache_ram=256 << 20))
+    try:
+        a_prompt, b_prompt = chat(s, text_of(15, seed=1)), chat(s, text_of(15, seed=2))
+        s.adopt(a_prompt, owner="A")
+        a, _ = answer(s, a_prompt)
+        s.adopt(b_prompt, owner="B")                      # A's conversation goes to the cache
+        answer(s, b_prompt)
+        back = a_prompt + a + chat(s, "More, please.")[1:]
+        s.adopt(back, owner="A")
+        assert s.prompt_cache.hits == 1 and s.kv.read
+        warm, stats = answer(s, back)
+        assert stats.prompt_reused >= len(a_prompt) - READ_MIN
+        s.reset()
+        assert answer(s, back)[0] == warm
+    finally:
+        s.close()
+
+
+def test_cells_that_do_not_match_the_target_turn_the_reader_off(demo_model, monkeypatch):
+    # Cells that skip the target's rotation (the library itself refuses a state that says
+    # so) make other logits: the load says so and decodes prompts on the target.
+    monkeypatch.setattr(kv_state, "hadamard", lambda x, n: x)
+    s = Session(demo_model, LoadOptions(nctx=512))
+    try:
+        assert s.reader is None and "do not give the target's own logits" in s.reader_note
+        assert answer(s, chat(s, text_of(5)), n=4)[0]
+    finally:
+        s.close()
+
+
+def test_targets_without_a_plain_kv_cache_decode_prompts_themselves(tiny):
+    target, _ = tiny["pair"]                        # Gemma-4: sliding-window layers
+    s = Session(target, LoadOptions(nctx=512))
+    try:
+        assert s.reader is None and "sliding-window" in s.reader_note
+    finally:
+        s.close()
