@@ -20,14 +20,14 @@ Why answers stay exact and do not depend on what was cached.
   long as the call has at least :data:`READ_MIN` rows (the kernel's tile; fewer rows take
   another kernel). Measured: a 1,700-token prompt cut into calls of 64, 65, 70, 100, 200
   or 512 rows in any mix left bitwise the same cells; a 14-row call did not. So the
-  reader never decodes fewer than READ_MIN rows at once: a short tail is read again with
-  rows before it (they come out the same bits).
+  reader never decodes fewer than READ_MIN rows at once: a short call is filled up with
+  placeholder rows after the prompt's end (causal attention: no earlier row sees them),
+  whose cells are removed after it (:func:`read_plan`).
 - What a fresh read of a prompt writes is therefore fixed, and a kept prefix is reused
   only where it is that: cells the reader wrote for the same tokens. Cells the target
   decoded itself (the answer, generated one verify at a time) are not what a read writes,
-  so a conversation that comes back is read again from the end of its last prompt.
-- A prompt shorter than READ_MIN decodes on the target directly (both ways are fixed
-  functions of the tokens), and cells of one way are never reused for the other.
+  so a conversation that comes back is read again from the end of its last prompt: its
+  last answer and its new turn.
 """
 import contextlib
 import logging
@@ -62,10 +62,19 @@ def usable(model, type_k, type_v, spec_needs_rows):
     return None
 
 
-def read_chunks(start, end, size=READ_CHUNK, least=READ_MIN):
-    """Cut ``[start, end)`` (at least ``least`` rows) into calls of at least ``least``
-    rows and at most ``size`` (or ``2 * least - 1`` where ``size`` is smaller):
-    ``(position, rows)`` pairs."""
+def read_plan(start, end, room, size=READ_CHUNK, least=READ_MIN):
+    """How to read positions ``[start, end)`` in calls of ``least`` to ``size`` rows
+    (or up to ``2 * least - 1`` where ``size`` is smaller) with ``room`` positions in
+    the sequence: ``(start, chunks, pad)``. ``chunks`` are ``(position, rows)`` pairs;
+    the last call is filled up with ``pad`` placeholder rows after ``end`` where a short
+    read needs them and the sequence has room, else the read starts earlier (rows already
+    read come out the same bits again)."""
+    if start >= end:
+        return start, [], 0
+    if end - start < least:
+        if room - start >= least:
+            return start, [(start, end - start)], least - (end - start)
+        start = max(0, end - least)
     out, pos = [], start
     while pos < end:
         n = min(size, end - pos)
@@ -77,7 +86,7 @@ def read_chunks(start, end, size=READ_CHUNK, least=READ_MIN):
                 n += left               # too few for two calls: one
         out.append((pos, n))
         pos += n
-    return out
+    return start, out, 0
 
 
 class PromptReader:
@@ -127,19 +136,26 @@ class PromptReader:
             raise kv_state.StateFormatError("cells turned from F16 do not give the target's own logits "
                                             f"(differ by up to {float(np.abs(turned - direct).max()):.3g})")
 
-    def read(self, history, tokens, start, end, keep, cancel=None, progress=None):
+    def read(self, history, tokens, start, end, keep, cancel=None, progress=None, on_rows=None):
         """Read ``tokens[start:end]`` into ``history``'s sequence here (the cells before
         ``start`` are this sequence's already), then give the target's sequence cells
-        ``[0, end)``: ``[0, keep)`` as it holds them, the rest turned from here."""
+        ``[0, end)``: ``[0, keep)`` as it holds them, the rest turned from here.
+        ``on_rows(logits, pos, n)``, if given, hears each call's rows (``logits(i)`` is row
+        ``i``'s, at position ``pos + i``) before the next call."""
         seq = history.seq
+        first, chunks, pad = read_plan(start, end, history.ctx.n_ctx, self.chunk)
         with self._aside(seq):
-            self._run(self.ctx.trim, start, seq)
-            del history.read[start:]
-            for pos, n in read_chunks(start, end, self.chunk):
+            self._run(self.ctx.trim, first, seq)
+            del history.read[first:]
+            for pos, n in chunks:
                 if cancel is not None and cancel():
-                    raise Cancelled(pos - start, end - start)
-                self._run(self._decode, tokens[pos:pos + n], pos, seq)
-                history.read.extend(tokens[pos:pos + n])
+                    raise Cancelled(max(pos - start, 0), end - start)
+                rows = tokens[pos:pos + n]
+                self._run(self._decode, rows + rows[-1:] * pad if pos + n == end else rows, pos, seq,
+                          on_rows and (lambda: on_rows(self.ctx.logits, pos, n)))
+                if pad and pos + n == end:
+                    self._run(self.ctx.trim, end, seq)      # the placeholders' cells
+                history.read.extend(rows)
                 if progress is not None:
                     progress(pos + n)
             f16 = kv_state.parse(self._run(self.ctx.save_state, seq))
@@ -155,11 +171,13 @@ class PromptReader:
         self.reads += 1
         self.rows += end - start
 
-    def _decode(self, tokens, pos, seq):
+    def _decode(self, tokens, pos, seq, then=None):
         batch = self._batches.get(seq)
         if batch is None:
             batch = self._batches[seq] = Batch(READ_CHUNK, seq=seq)
-        self.ctx.decode(batch.fill(tokens, pos))
+        self.ctx.decode(batch.fill(tokens, pos, all_logits=then is not None))
+        if then is not None:
+            then()
 
     def clear(self, seq):
         self._run(self.ctx.clear, seq)
@@ -190,24 +208,19 @@ class ReadHistory(KvHistory):
     def sync(self, tokens, keep_at_most):
         n = keep_at_most
         self._plan = None
-        if n < READ_MIN:
-            if self.converted:              # read cells are not what a direct decode writes
-                super().reset()
-                self.converted, self.loaded = 0, None
-            return super().sync(tokens, keep_at_most)
         keep = min(common_prefix(self.tokens, tokens), self.converted, n)
         if keep == n:                       # the whole prompt is held, as a read left it
             return super().sync(tokens, keep_at_most)
-        start = min(common_prefix(self.read, tokens), n - READ_MIN)
+        start = min(common_prefix(self.read, tokens), n)
         self._plan = (start, keep)
         return start
 
-    def fill(self, batch, tokens, start, end, cancel=None, progress=None):
+    def fill(self, batch, tokens, start, end, cancel=None, progress=None, on_rows=None):
         if self._plan is None:
-            return super().fill(batch, tokens, start, end, cancel, progress)
+            return super().fill(batch, tokens, start, end, cancel, progress, on_rows)
         start, keep = self._plan
         self._plan = None
-        self.reader.read(self, tokens, start, end, keep, cancel, progress)
+        self.reader.read(self, tokens, start, end, keep, cancel, progress, on_rows)
         self.tokens = list(tokens[:end])
         self.converted = end
         return None

@@ -530,24 +530,25 @@ def _logits_on(session, task, ids):
                                     "send fewer", n_prompt_tokens=n, n_ctx=ctx.n_ctx)
     session.reset()                 # the pass starts at position 0 on a clean cache
     rows = []
-    step = min(ctx.n_batch, batch.capacity)
+
+    def record(row, pos):
+        nxt = ids[pos + 1] if pos + 1 < n else None
+        rec = logprobs.read(row, nxt if nxt is not None else 0, task.top_n)
+        rows.append({"index": pos, "token_id": ids[pos], "next_token_logprob": rec.logprob if nxt is not None else None,
+                     "top": [{"token_id": t, "logit": float(row[t]), "logprob": lp} for t, lp in rec.top]})
+
+    def on_rows(logits, pos, count):
+        for i in range(count):
+            record(logits(i), pos + i)
     try:
-        for start in range(0, n, step):
-            chunk = ids[start:start + step]
-            want_all = not task.last_only
-            if task.last_only and start + len(chunk) < n:
-                ctx.decode(batch.fill(chunk, start))          # only the last chunk's last row is read
-                continue
-            ctx.decode(batch.fill(chunk, start, all_logits=want_all))
-            first = 0 if want_all else len(chunk) - 1
-            for i in range(first, len(chunk)):
-                pos = start + i
-                row = ctx.logits(i)
-                nxt = ids[pos + 1] if pos + 1 < n else None
-                rec = logprobs.read(row, nxt if nxt is not None else 0, task.top_n)
-                rows.append({"index": pos, "token_id": ids[pos],
-                             "next_token_logprob": rec.logprob if nxt is not None else None,
-                             "top": [{"token_id": t, "logit": float(row[t]), "logprob": lp} for t, lp in rec.top]})
+        # The way an answer reads a prompt (geniex.engine.loop): every position but the
+        # last as the session reads prompts, the last one decoded on the target, so the
+        # last row is the one an answer's first token is sampled from.
+        kv = session.kv
+        kv.sync(ids, keep_at_most=n - 1)
+        kv.fill(batch, ids, 0, n - 1, on_rows=None if task.last_only else on_rows)
+        ctx.decode(batch.fill(ids[n - 1:], n - 1))
+        record(ctx.logits(0), n - 1)
     finally:
         session.reset()             # nothing of this pass is a conversation to continue
     return {"n_tokens": n, "n_vocab": session.vocab.n_tokens, "data": rows}

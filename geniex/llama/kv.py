@@ -27,7 +27,7 @@ def common_prefix(a, b, start=0):
 PROMPT_CHUNK = 512
 
 
-def prefill(ctx, batch, tokens, start, end, cancel=None, progress=None):
+def prefill(ctx, batch, tokens, start, end, cancel=None, progress=None, on_rows=None):
     """Decode ``tokens[start:end]`` in chunks of :data:`PROMPT_CHUNK` rows (rounded to
     the context's micro-batch), or of its batch size where that is smaller.
 
@@ -46,7 +46,9 @@ def prefill(ctx, batch, tokens, start, end, cancel=None, progress=None):
         if cancel is not None and cancel():
             raise Cancelled(pos - start, end - start)
         n = min(step, end - pos)
-        ctx.decode(batch.fill(tokens[pos:pos + n], pos))
+        ctx.decode(batch.fill(tokens[pos:pos + n], pos, all_logits=on_rows is not None))
+        if on_rows is not None:
+            on_rows(ctx.logits, pos, n)
         row = n - 1
         pos += n
         if progress is not None:
@@ -73,10 +75,12 @@ class KvHistory:
         del self.tokens[keep:]
         return keep
 
-    def fill(self, batch, tokens, start, end, cancel=None, progress=None):
+    def fill(self, batch, tokens, start, end, cancel=None, progress=None, on_rows=None):
         """Decode ``tokens[start:end]`` after :meth:`sync` kept ``start`` of them, as
-        :func:`prefill` does (a history whose prompts another context reads does that)."""
-        return prefill(self.ctx, batch, tokens, start, end, cancel, progress)
+        :func:`prefill` does (a history whose prompts another context reads does that).
+        ``on_rows(logits, pos, n)``, if given, hears each chunk's rows (logits on every
+        row: ``logits(i)`` is position ``pos + i``'s)."""
+        return prefill(self.ctx, batch, tokens, start, end, cancel, progress, on_rows)
 
     def reset(self):
         """Forget everything: the next prompt is decoded from scratch."""

@@ -7,7 +7,7 @@ import pytest
 
 from geniex.engine import prompt_reader
 from geniex.engine.loop import GenOptions
-from geniex.engine.prompt_reader import READ_MIN, read_chunks
+from geniex.engine.prompt_reader import READ_MIN, read_plan
 from geniex.engine.sampling import SamplingParams
 from geniex.engine.session import LoadOptions, Session
 from geniex.errors import UsageError
@@ -17,13 +17,19 @@ from geniex.llama import kv_state
 
 # -- model-free -----------------------------------------------------------------------
 @pytest.mark.parametrize("size", [512, 100, 64])
-@pytest.mark.parametrize("start,end", [(0, 64), (0, 65), (0, 511), (0, 512), (0, 513), (0, 575), (0, 576),
-                                       (10, 1700), (100, 164), (3, 1027), (0, 1177), (0, 2048)])
-def test_read_chunks_are_never_under_the_tile_and_cover_the_range(start, end, size):
-    chunks = read_chunks(start, end, size)
-    assert chunks[0][0] == start and sum(n for _, n in chunks) == end - start
+@pytest.mark.parametrize("start,end", [(0, 1), (0, 63), (0, 64), (0, 65), (0, 511), (0, 512), (0, 513), (0, 575),
+                                       (10, 1700), (100, 164), (3, 1027), (0, 1177), (0, 2048), (2000, 2010),
+                                       (1990, 2040), (2040, 2047)])
+def test_a_read_plan_never_calls_under_the_tile_and_covers_the_range(start, end, size):
+    room = 2048
+    first, chunks, pad = read_plan(start, end, room, size)
+    assert first <= start and chunks[0][0] == first and sum(n for _, n in chunks) == end - first
     assert all(pos + n == nxt for (pos, n), (nxt, _) in zip(chunks, chunks[1:]))
-    assert all(READ_MIN <= n <= max(size, 2 * READ_MIN - 1) for _, n in chunks)
+    assert all(n + (pad if i == len(chunks) - 1 else 0) >= READ_MIN for i, (_, n) in enumerate(chunks))
+    assert all(n <= max(size, 2 * READ_MIN - 1) for _, n in chunks)
+    assert end + pad <= room
+    assert first == start or pad == 0                    # placeholders where there is room, else read earlier
+    assert read_plan(end, end, room) == (end, [], 0)
 
 
 def sylvester(n):
@@ -83,15 +89,18 @@ def answer(session, tokens, n=24, **kw):
     return out, gen.stats
 
 
-def test_the_default_load_reads_prompts_in_f16_and_short_prompts_on_the_target(session):
+def test_the_default_load_reads_prompts_in_f16(session):
     assert session.reader is not None and session.reader_note is None
-    reads = session.reader.reads
+    reads, rows = session.reader.reads, session.reader.rows
     session.reset()
-    answer(session, chat(session, "Hi"))                   # under READ_MIN tokens: decoded directly
-    assert session.reader.reads == reads
-    _, stats = answer(session, chat(session, text_of(20)))
-    assert session.reader.reads == reads + 1 and stats.prompt_reused == 0
-    assert session.kv.converted == stats.prompt_tokens - 1
+    hi = chat(session, "Hi")
+    assert len(hi) < READ_MIN                              # filled up to a tile with placeholders
+    a, stats = answer(session, hi, n=8)
+    assert session.reader.reads == reads + 1 and session.reader.rows == rows + len(hi) - 1
+    assert stats.prompt_reused == 0 and session.kv.converted == len(hi) - 1
+    more = hi + a + chat(session, text_of(20))[1:]
+    _, stats = answer(session, more)
+    assert session.reader.reads == reads + 2 and stats.prompt_reused == len(hi) - 1
 
 
 def test_an_answer_does_not_depend_on_what_the_cache_held(session):
@@ -104,19 +113,18 @@ def test_an_answer_does_not_depend_on_what_the_cache_held(session):
         a, _ = answer(session, first, **kw)
         back = first + a + chat(session, "And which reads token 3? " + text_of(2, seed=4))[1:]
         warm, stats = answer(session, back, **kw)
-        assert 0 < stats.prompt_reused < len(first)          # read again from its last prompt, not from 0
+        assert stats.prompt_reused == len(first) - 1          # read again from its last prompt's end
         session.reset()
         assert answer(session, back, **kw)[0] == warm
     short = chat(session, "Count to three.")
-    assert len(short) < READ_MIN
     session.reset()
     s, _ = answer(session, short, n=8)
     grown = short + s + chat(session, text_of(6))[1:]
     warm, _ = answer(session, grown)
     session.reset()
     assert answer(session, grown)[0] == warm
-    shrunk = grown[:READ_MIN + 20]
-    warm, _ = answer(session, shrunk)                 # most of it held, read again from its tail
+    shrunk = grown[:len(short) + 5]
+    warm, _ = answer(session, shrunk)                 # most of it held, its tail read again
     session.reset()
     assert answer(session, shrunk)[0] == warm
 

@@ -95,7 +95,7 @@ def test_openai_sdk_reads_logprobs(server):
     assert len(legacy.choices[0].logprobs.tokens) == 4
 
 
-SAMPLINGS = {"greedy": {}, "seeded": {"temperature": 0.9, "seed": 11, "top_k": 40}}
+SAMPLINGS = {"greedy": {}, "seeded": {"temperature": 0.9, "seed": 13, "top_k": 40}}
 # ngram-mod last: test_completions_legacy_logprobs runs next (the same resident group,
 # tests/server/conftest.py) and drafts with the same setup, so it loads nothing.
 SPECS = {"draft-simple": {"spec_type": "draft-simple", "spec_draft_model": DEMO},

@@ -24,9 +24,13 @@ DEFAULT_BUDGET = 7             # the server's --reasoning-budget
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tool_models):
-    # The model by path: a store pull would hash its 98 MB for nothing.
+    # The model by path: a store pull would hash its 98 MB for nothing. Prompts decode on
+    # the answer's cache (--prompt-kv none): what a held answer must be is built as a
+    # /completion of a prompt holding the answer's first tokens, the same cells only when
+    # a prompt's cells are what the answer's decodes write (read in F16 they are rounded
+    # otherwise; geniex.engine.prompt_reader).
     with AppServer(tmp_path_factory.mktemp("think-budget"), allow_paths=True,
-                   defaults=Defaults(nctx=1024, reasoning_budget=DEFAULT_BUDGET,
+                   defaults=Defaults(nctx=1024, reasoning_budget=DEFAULT_BUDGET, prompt_kv="none",
                                      reasoning_budget_message=MESSAGE)) as s:
         s.model = str(tool_models["think"])
         yield s

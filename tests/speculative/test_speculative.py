@@ -40,7 +40,7 @@ ESSAY = ("My notes: Rome was founded, by legend, in 753 BC by Romulus and Remus.
          "Byzantium, lasted until its fall in 1453. Latin, roads, aqueducts and law are among its legacies. "
          "Using these notes, write a long essay about the history of the Roman Empire, with many details.")
 GREEDY = SamplingParams()
-SEEDED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
+SEEDED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=2)
 METHODS = ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache",
            "draft-simple", "ngram-mod,draft-simple"]
 
@@ -114,10 +114,11 @@ def reference(plain):
     return get
 
 
-# What every method answers: a quoting prompt (greedy, 11 tokens to its end token), code
-# (seeded: 32 tokens; every n-gram method has drafted and accepted by its 25th, asserted),
-# and the essay that fills the 256-token context (greedy, 12 tokens).
-PROMPTS = ((REPEAT, GREEDY, 120), (CODE, SEEDED, 32), (ESSAY, GREEDY, 400))
+# What every method answers: a quoting prompt (seeded: every n-gram method drafts and
+# accepts in it, asserted; a seeded answer to the code prompt wandered off the code once
+# prompts were read in F16, and some methods then found nothing to draft), code (greedy,
+# 32 tokens), and the essay that fills the 256-token context (greedy, 12 tokens).
+PROMPTS = ((REPEAT, SEEDED, 120), (CODE, GREEDY, 32), (ESSAY, GREEDY, 400))
 
 
 @pytest.fixture(scope="module")
