@@ -23,6 +23,9 @@ Why answers stay exact and do not depend on what was cached.
   reader never decodes fewer than READ_MIN rows at once: a short call is filled up with
   placeholder rows after the prompt's end (causal attention: no earlier row sees them),
   whose cells are removed after it (:func:`read_plan`).
+- A prompt shorter than READ_MIN decodes on the target directly, as without a reader
+  (filled up to a tile its read would cost more than it saves); its cells are reused for
+  short prompts only, and a conversation that grows past READ_MIN is read from the start.
 - What a fresh read of a prompt writes is therefore fixed, and a kept prefix is reused
   only where it is that: cells the reader wrote for the same tokens. Cells the target
   decoded itself (the answer, generated one verify at a time) are not what a read writes,
@@ -208,6 +211,14 @@ class ReadHistory(KvHistory):
     def sync(self, tokens, keep_at_most):
         n = keep_at_most
         self._plan = None
+        if n < READ_MIN:
+            # A short prompt decodes on the target: filled up to a tile its read would cost
+            # a 64-row call (5x a 10-row one on the demo model). Read cells are not what
+            # that writes, so they are not kept for it.
+            if self.converted:
+                super().reset()
+                self.converted, self.loaded = 0, None
+            return super().sync(tokens, keep_at_most)
         keep = min(common_prefix(self.tokens, tokens), self.converted, n)
         if keep == n:                       # the whole prompt is held, as a read left it
             return super().sync(tokens, keep_at_most)

@@ -89,18 +89,21 @@ def answer(session, tokens, n=24, **kw):
     return out, gen.stats
 
 
-def test_the_default_load_reads_prompts_in_f16(session):
+def test_the_default_load_reads_prompts_in_f16_and_short_ones_on_the_target(session):
     assert session.reader is not None and session.reader_note is None
     reads, rows = session.reader.reads, session.reader.rows
     session.reset()
     hi = chat(session, "Hi")
-    assert len(hi) < READ_MIN                              # filled up to a tile with placeholders
+    assert len(hi) < READ_MIN
     a, stats = answer(session, hi, n=8)
-    assert session.reader.reads == reads + 1 and session.reader.rows == rows + len(hi) - 1
-    assert stats.prompt_reused == 0 and session.kv.converted == len(hi) - 1
+    assert session.reader.reads == reads and session.kv.converted == 0
     more = hi + a + chat(session, text_of(20))[1:]
-    _, stats = answer(session, more)
-    assert session.reader.reads == reads + 2 and stats.prompt_reused == len(hi) - 1
+    _, stats = answer(session, more)                       # past READ_MIN: read from the start
+    assert session.reader.reads == reads + 1 and session.reader.rows == rows + len(more) - 1
+    assert stats.prompt_reused == 0 and session.kv.converted == len(more) - 1
+    again = more + chat(session, "Why?")[1:]
+    _, stats = answer(session, again)                      # a short new turn: a call filled up to a tile
+    assert session.reader.reads == reads + 2 and stats.prompt_reused == len(more) - 1
 
 
 def test_an_answer_does_not_depend_on_what_the_cache_held(session):
