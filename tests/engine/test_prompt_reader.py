@@ -83,7 +83,7 @@ def chat(session, content):
     return session.tokenize_prompt(f"<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n")
 
 
-def answer(session, tokens, n=24, **kw):
+def answer(session, tokens, n=16, **kw):
     gen = session.generate(tokens, GenOptions(max_tokens=n, sampling=SamplingParams(**kw)))
     out = [t for step in gen for t in step.committed]
     return out, gen.stats
@@ -110,7 +110,7 @@ def test_an_answer_does_not_depend_on_what_the_cache_held(session):
     # A conversation that comes back (its last answer and a new turn after a prompt that
     # was read), a short one that grows past READ_MIN, and one that shrinks: each answer
     # equals the same prompt answered from an empty cache, greedy and seeded.
-    first = chat(session, text_of(12) + "Which function returns slot_2?")
+    first = chat(session, text_of(8) + "Which function returns slot_2?")
     for kw in ({}, {"temperature": 0.8, "top_k": 40, "seed": 5}):
         session.reset()
         a, _ = answer(session, first, **kw)
@@ -133,8 +133,8 @@ def test_an_answer_does_not_depend_on_what_the_cache_held(session):
 
 
 def test_the_cells_do_not_depend_on_how_the_read_is_cut(session):
-    prompt = chat(session, text_of(22))
-    assert len(prompt) > 512
+    prompt = chat(session, text_of(12))
+    assert len(prompt) > 300
     outs, states = [], []
     for chunk in (512, 64, 100):
         session.reset()
@@ -165,7 +165,7 @@ def test_read_answers_are_close_to_the_target_reading_alone(session, demo_model)
 def test_a_conversation_back_from_the_prompt_cache_answers_as_fresh(demo_model):
     s = Session(demo_model, LoadOptions(nctx=2048, cache_ram=256 << 20))
     try:
-        a_prompt, b_prompt = chat(s, text_of(15, seed=1)), chat(s, text_of(15, seed=2))
+        a_prompt, b_prompt = chat(s, text_of(6, seed=1)), chat(s, text_of(6, seed=2))
         s.adopt(a_prompt, owner="A")
         a, _ = answer(s, a_prompt)
         s.adopt(b_prompt, owner="B")                      # A's conversation goes to the cache
