@@ -236,6 +236,17 @@ class ReadHistory(KvHistory):
         self.converted = end
         return None
 
+    def catch_up(self):
+        """Read what the target holds but decoded itself (the last answer) and put the
+        read cells in place of its own, so the conversation, if it comes back, reads only
+        its new turn; the cells are then what a fresh read of its tokens writes, as ever."""
+        n = len(self.tokens)
+        if n <= READ_MIN or self.converted >= n:
+            return
+        start = min(common_prefix(self.read, self.tokens), n)
+        self.reader.read(self, self.tokens, start, n, min(self.converted, n))
+        self.converted = n
+
     def reset(self):
         super().reset()
         self.reader.clear(self.seq)

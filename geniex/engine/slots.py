@@ -11,6 +11,7 @@ that slot sees it; the slots' decodes are gathered into one by
 """
 import contextlib
 import copy
+import logging
 import threading
 import time
 
@@ -19,6 +20,8 @@ from geniex.llama.objects import Batch
 from geniex.speculative import policy as policies
 from geniex.speculative.drafters.base import Drafter
 
+
+log = logging.getLogger("geniex.engine")
 
 SIMILARITY = 0.1    # the part of a prompt a slot must hold to be chosen for it (llama-server's default)
 
@@ -36,6 +39,7 @@ class Slot:
         self.drafter = drafter
         self.policy = policy
         self.busy = False
+        self.settling = False           # reading its last answer after it (ReadHistory.catch_up)
         self.last_used = 0.0
         self.forget = False             # drop drafts and conversation before the next answer
         self.answers = 0
@@ -119,26 +123,51 @@ class Slots:
             yield SlotSession(self.session, slot)
         finally:
             self.batcher.leave(slot.seq)
-            with self._cond:
-                slot.busy = False
-                slot.answers += 1
-                slot.last_used = time.monotonic()
-                self._cond.notify_all()
+            if getattr(slot.kv, "catch_up", None) is not None and not self.batcher.busy():
+                # Nothing else decodes: read the answer now (off this thread, which may
+                # be a client's), so that its conversation coming back reads only its
+                # new turn. The slot stays taken until then.
+                with self._cond:
+                    slot.settling = True
+                threading.Thread(target=self._settle, args=(slot,), name="geniex-catch-up", daemon=True).start()
+            else:
+                self._release(slot)
+
+    def _settle(self, slot):
+        try:
+            slot.kv.catch_up()
+        except Exception:       # noqa: BLE001 - the conversation is read again when it returns
+            log.warning("slot %d: reading its last answer failed", slot.seq, exc_info=True)
+            slot.kv.reset()
+        finally:
+            self._release(slot)
+
+    def _release(self, slot):
+        with self._cond:
+            slot.busy = slot.settling = False
+            slot.answers += 1
+            slot.last_used = time.monotonic()
+            self._cond.notify_all()
 
     def _take(self, tokens, owner, reuse):
         reuse = self.session.reuse_exact if reuse is None else reuse
-        with self._cond:
-            self._cond.wait_for(lambda: any(not s.busy for s in self.slots))
-            free = [s for s in self.slots if not s.busy]
+        def shared(s):
+            return common_prefix(s.kv.tokens, tokens) if reuse and s.kv_owner == owner else 0
 
-            def shared(s):
-                return common_prefix(s.kv.tokens, tokens) if reuse and s.kv_owner == owner else 0
+        def held(s):        # whether slot s holds a real part of the prompt
+            n = shared(s)
+            return n and n >= SIMILARITY * len(tokens)
+        with self._cond:
+            # A conversation whose slot is still reading its last answer waits for it.
+            self._cond.wait_for(lambda: any(not s.busy for s in self.slots)
+                                and not any(s.settling and held(s) for s in self.slots))
+            free = [s for s in self.slots if not s.busy]
             # The slot holding most of the prompt, if that is a real part of it (as
             # llama-server's slot similarity: a shared chat-template opening is not);
             # else an empty slot; else the one idle the longest (its conversation goes
             # to the prompt cache).
             best = max(free, key=shared)
-            if not shared(best) or shared(best) < SIMILARITY * len(tokens):
+            if not held(best):
                 best = min(free, key=lambda s: (bool(s.kv.tokens), s.last_used))
             slot = best
             slot.busy = True

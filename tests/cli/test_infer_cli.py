@@ -59,6 +59,7 @@ def test_greedy_paris_and_verbose_block(paris):
         assert label in proc.stderr
     assert stop_reason(proc.stderr) == "eos"
     assert "compute: cpu" in proc.stderr          # --verbose says which device was chosen
+    assert "KV cache q8_0/q8_0; prompts read in an F16 cache" in proc.stderr     # --prompt-kv f16, the default
     assert "draft accept" not in proc.stderr       # no drafts, no accept line
 
 

@@ -222,6 +222,7 @@ def test_infer_greedy_answer_equals_llamacpp_server(cli, reference_answers):
     assert proc.stdout == ref["choices"][0]["message"]["content"] + "\n"
     assert f"prompt tokens:  {ref['usage']['prompt_tokens']} " in proc.stderr
     assert f"decode tokens:  {answer_tokens(ref)} " in proc.stderr
+    assert "KV cache q8_0/q8_0; prompts decoded on it (--prompt-kv none)" in proc.stderr
     # --verbose says which template was used, once.
     assert proc.stderr.count("chat template:") == 1
     assert "chat template: the model's own (tokenizer.chat_template), rendered with Jinja2" in proc.stderr

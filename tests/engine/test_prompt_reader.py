@@ -13,6 +13,7 @@ from geniex.engine.session import LoadOptions, Session
 from geniex.errors import UsageError
 from geniex.engine.session import load_options
 from geniex.llama import kv_state
+from geniex.llama.kv import common_prefix
 
 
 # -- model-free -----------------------------------------------------------------------
@@ -198,5 +199,27 @@ def test_targets_without_a_plain_kv_cache_decode_prompts_themselves(tiny):
     s = Session(target, LoadOptions(nctx=512))
     try:
         assert s.reader is None and "sliding-window" in s.reader_note
+    finally:
+        s.close()
+
+
+def test_a_slot_reads_its_answer_after_it_so_a_returning_turn_reads_only_what_is_new(demo_model):
+    s = Session(demo_model, LoadOptions(nctx=1024, parallel=2))
+    try:
+        first = chat(s, text_of(6) + "Which function returns slot_1?")
+        with s.seat(first, "A") as seated:
+            seated.adopt(first, "A")
+            a, _ = answer(seated, first)
+        back = first + a + chat(s, "And slot_3?")[1:]
+        with s.seat(back, "A") as seated:                 # waits for the slot reading its answer
+            held = list(seated.slot.kv.tokens)
+            assert len(held) > len(first) and seated.slot.kv.converted == len(held)    # all of it read
+            seated.adopt(back, "A")
+            warm, stats = answer(seated, back)
+        assert stats.prompt_reused == common_prefix(held, back) >= len(first)
+        s.reset()
+        with s.seat(back, "A") as seated:
+            seated.adopt(back, "A")
+            assert answer(seated, back)[0] == warm
     finally:
         s.close()

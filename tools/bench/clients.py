@@ -272,8 +272,9 @@ def settings(geniex, llamacpp):
     props = requests.get(llamacpp.url + "/props", timeout=60).json()
     threads = re.findall(r"n_threads = (\d+)", llamacpp.log.read_text(errors="replace"))
     health = requests.get(geniex.url + "/health", timeout=60).json()
-    return {"geniex": "geniex serve at its defaults: nctx 4096 per slot, q8_0 KV cache, 512-row prompt "
-                      "micro-batches, prompts reused, conversations kept in host memory (--cache-ram 8192), "
+    return {"geniex": "geniex serve at its defaults: nctx 4096 per slot, q8_0 KV cache, prompts read in an F16 "
+                      "cache in 512-row calls (--prompt-kv f16), prompts reused, conversations kept in host "
+                      "memory (--cache-ram 8192), "
                       f"{health.get('slots') or '?'} slots with one KV stream each, their rows in one decode, "
                       f"{physical_cores()} threads",
             "llama.cpp": f"llama.cpp server (xllamacpp b11549) at llama-server's defaults: {props['total_slots']} "
