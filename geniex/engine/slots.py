@@ -23,6 +23,10 @@ from geniex.speculative.drafters.base import Drafter
 
 log = logging.getLogger("geniex.engine")
 
+# Seconds a server stays idle after an answer before its slot reads the answer in the F16
+# context (Slots._settle): back-to-back requests (a client's next within milliseconds)
+# are not made to wait for that read.
+IDLE = 0.25
 SIMILARITY = 0.1    # the part of a prompt a slot must hold to be chosen for it (llama-server's default)
 
 
@@ -100,6 +104,8 @@ class Slots:
                 drafter = OnDecodeThread(drafter, batcher)
             self.slots.append(Slot(seq, view, drafter, copy.deepcopy(policy), n_batch, session.history(view, seq)))
         self._cond = threading.Condition()
+        self._wanted = 0                # requests waiting in _take
+        self._closed = False
 
     def __len__(self):
         return len(self.slots)
@@ -123,17 +129,33 @@ class Slots:
             yield SlotSession(self.session, slot)
         finally:
             self.batcher.leave(slot.seq)
-            if getattr(slot.kv, "catch_up", None) is not None and not self.batcher.busy():
-                # Nothing else decodes: read the answer now (off this thread, which may
-                # be a client's), so that its conversation coming back reads only its
-                # new turn. The slot stays taken until then.
-                with self._cond:
-                    slot.settling = True
+            self._release(slot, answered=True)
+            if getattr(slot.kv, "catch_up", None) is not None:
                 threading.Thread(target=self._settle, args=(slot,), name="geniex-catch-up", daemon=True).start()
-            else:
-                self._release(slot)
 
     def _settle(self, slot):
+        """Once the server has been idle for :data:`IDLE` seconds after slot ``slot``'s
+        answer, read the answer in the F16 context (ReadHistory.catch_up) so that its
+        conversation coming back reads only its new turn. Work that arrives first wins:
+        the read would hold the decode thread for a 64+-row call, so it waits for a moment
+        when no slot answers and no request waits for one, and is dropped once the slot
+        answers again (its conversation is then read as it comes)."""
+        answers = slot.answers
+
+        def moved_on():
+            return self._closed or slot.answers != answers
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: moved_on() or not self._in_use())
+                if moved_on():
+                    return
+            time.sleep(IDLE)
+            with self._cond:
+                if moved_on():
+                    return
+                if not self._in_use():
+                    slot.busy = slot.settling = True
+                    break
         try:
             slot.kv.catch_up()
         except Exception:       # noqa: BLE001 - the conversation is read again when it returns
@@ -142,10 +164,14 @@ class Slots:
         finally:
             self._release(slot)
 
-    def _release(self, slot):
+    def _in_use(self):
+        """Whether a slot answers or a request waits for one (the condition is held)."""
+        return self._wanted or any(s.busy for s in self.slots)
+
+    def _release(self, slot, answered=False):
         with self._cond:
             slot.busy = slot.settling = False
-            slot.answers += 1
+            slot.answers += answered
             slot.last_used = time.monotonic()
             self._cond.notify_all()
 
@@ -159,8 +185,12 @@ class Slots:
             return n and n >= SIMILARITY * len(tokens)
         with self._cond:
             # A conversation whose slot is still reading its last answer waits for it.
-            self._cond.wait_for(lambda: any(not s.busy for s in self.slots)
-                                and not any(s.settling and held(s) for s in self.slots))
+            self._wanted += 1
+            try:
+                self._cond.wait_for(lambda: any(not s.busy for s in self.slots)
+                                    and not any(s.settling and held(s) for s in self.slots))
+            finally:
+                self._wanted -= 1
             free = [s for s in self.slots if not s.busy]
             # The slot holding most of the prompt, if that is a real part of it (as
             # llama-server's slot similarity: a shared chat-template opening is not);
@@ -190,6 +220,9 @@ class Slots:
             return [s.describe() for s in self.slots]
 
     def close(self):
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
         self.batcher.close()
         for s in self.slots:
             if s.drafter is not None:

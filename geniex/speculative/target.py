@@ -40,5 +40,8 @@ class Target:
         # target's does; a draft model's own context holds one slot's conversation.
         whole = kw.get("n_seq_max", 1) > 1
         kw.setdefault("n_ctx", getattr(self.ctx, "n_ctx_all", self.ctx.n_ctx) if whole else self.ctx.n_ctx)
-        return Context(model, n_threads=self.threads, n_threads_batch=self.threads_batch,
-                       type_k=self.cache_type_k, type_v=self.cache_type_v, **kw)
+        # A draft model's own cache may take another type (its cells shape guesses only);
+        # a context reading the target's KV (MTP) must take the target's.
+        kw.setdefault("type_k", self.cache_type_k)
+        kw.setdefault("type_v", self.cache_type_v)
+        return Context(model, n_threads=self.threads, n_threads_batch=self.threads_batch, **kw)

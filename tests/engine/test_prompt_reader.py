@@ -2,6 +2,8 @@
 (geniex.engine.prompt_reader, geniex.llama.kv_state): the cells are what a fresh read
 writes whatever was cached before and however the read is cut, and the answers are the
 target's own."""
+import time
+
 import numpy as np
 import pytest
 
@@ -211,7 +213,11 @@ def test_a_slot_reads_its_answer_after_it_so_a_returning_turn_reads_only_what_is
             seated.adopt(first, "A")
             a, _ = answer(seated, first)
         back = first + a + chat(s, "And slot_3?")[1:]
-        with s.seat(back, "A") as seated:                 # waits for the slot reading its answer
+        slot = s.slots.slots[0]
+        deadline = time.monotonic() + 30                  # read once the server has been idle a while
+        while slot.kv.converted < len(slot.kv.tokens) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with s.seat(back, "A") as seated:
             held = list(seated.slot.kv.tokens)
             assert len(held) > len(first) and seated.slot.kv.converted == len(held)    # all of it read
             seated.adopt(back, "A")

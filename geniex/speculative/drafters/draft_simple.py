@@ -20,8 +20,11 @@ class DraftSimple(ModelDrafter):
     def __init__(self, target, model, n_max, n_min, p_min):
         super().__init__(n_max, n_min, p_min)
         self.model = model
-        rows = max(64, n_max)    # not the target's batch: the draft decodes a few rows at a time
-        self.ctx = target.new_context(model, n_batch=rows, n_ubatch=min(rows, 64))
+        # The draft reads the prompt in 512-row calls from an F16 cache, the fastest way
+        # (ggml-cpu's tiled attention kernel, geniex.engine.prompt_reader): its cells only
+        # shape its guesses, never the answer, so they need not be the target's bits.
+        rows = max(512, n_max)
+        self.ctx = target.new_context(model, n_batch=rows, n_ubatch=rows, type_k="f16", type_v="f16")
         self.batch = Batch(rows)
         self.kv = []
         self.trusted = 0      # kv[:trusted] is known to equal the history
