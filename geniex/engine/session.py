@@ -235,7 +235,7 @@ class Session:
             return
         drafters = [d for d in (self.drafter, *self._slot_drafters) if d is not None]
         why = prompt_reader.usable(self.model, self.ctx.type_k, self.ctx.type_v,
-                                   any(d.reads_target_rows for d in drafters))
+                                   any(d.reads_target_rows for d in drafters), self.options.nctx)
         probe = self.vocab.tokenize("The quick brown fox jumps over the lazy dog, twice.", add_special=True)[:16]
         if why is None and len(probe) < 2:
             why = "the vocabulary gave too few tokens to check the F16 cells against"

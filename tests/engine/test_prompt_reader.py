@@ -188,7 +188,7 @@ def test_cells_that_do_not_match_the_target_turn_the_reader_off(demo_model, monk
     # Cells that skip the target's rotation (the library itself refuses a state that says
     # so) make other logits: the load says so and decodes prompts on the target.
     monkeypatch.setattr(kv_state, "hadamard", lambda x, n: x)
-    s = Session(demo_model, LoadOptions(nctx=512))
+    s = Session(demo_model, LoadOptions(nctx=1024))
     try:
         assert s.reader is None and "do not give the target's own logits" in s.reader_note
         assert answer(s, chat(s, text_of(5)), n=4)[0]
@@ -198,9 +198,17 @@ def test_cells_that_do_not_match_the_target_turn_the_reader_off(demo_model, monk
 
 def test_targets_without_a_plain_kv_cache_decode_prompts_themselves(tiny):
     target, _ = tiny["pair"]                        # Gemma-4: sliding-window layers
-    s = Session(target, LoadOptions(nctx=512))
+    s = Session(target, LoadOptions(nctx=1024))
     try:
         assert s.reader is None and "sliding-window" in s.reader_note
+    finally:
+        s.close()
+
+
+def test_a_short_context_reads_prompts_on_the_target(demo_model):
+    s = Session(demo_model, LoadOptions(nctx=prompt_reader.READ_FROM_CTX))
+    try:
+        assert s.reader is None and "at most 1.3x faster" in s.reader_note
     finally:
         s.close()
 
@@ -208,7 +216,8 @@ def test_targets_without_a_plain_kv_cache_decode_prompts_themselves(tiny):
 def test_a_slot_reads_its_answer_after_it_so_a_returning_turn_reads_only_what_is_new(demo_model):
     s = Session(demo_model, LoadOptions(nctx=1024, parallel=2))
     try:
-        first = chat(s, text_of(6) + "Which function returns slot_1?")
+        first = chat(s, text_of(20) + "Which function returns slot_1?")
+        assert len(first) > prompt_reader.CATCH_UP_FROM
         with s.seat(first, "A") as seated:
             seated.adopt(first, "A")
             a, _ = answer(seated, first)
