@@ -34,6 +34,7 @@ Why answers stay exact and do not depend on what was cached.
 """
 import contextlib
 import logging
+import threading
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from geniex.llama.objects import Batch, Context
 
 log = logging.getLogger("geniex.engine")
 
+VERSION = 1         # of the F16-to-target conversion: a load checks it again when it changes
 READ_MIN = 64       # rows of the F16 kernel's query tile (ggml-cpu GGML_FA_TILE_Q)
 READ_CHUNK = 512    # rows per reader decode, as llama.cpp's server cuts prompts
 # The longest context per sequence that reads prompts on the target: the F16 kernel's
@@ -112,9 +114,11 @@ class PromptReader:
     shared decodes while it reads (default: nothing to step out of)."""
 
     def __init__(self, model, target, threads, run=None, aside=None):
-        self.ctx = Context(model, n_ctx=target.n_ctx, n_batch=READ_CHUNK, n_ubatch=READ_CHUNK,
-                           n_seq_max=target.params.n_seq_max, n_threads=threads, n_threads_batch=threads,
-                           type_k="f16", type_v="f16")
+        self._make = lambda: Context(model, n_ctx=target.n_ctx, n_batch=READ_CHUNK, n_ubatch=READ_CHUNK,
+                                     n_seq_max=target.params.n_seq_max, n_threads=threads,
+                                     n_threads_batch=threads, type_k="f16", type_v="f16")
+        self._ctx = None            # made on first use, so a load that reads no prompt pays nothing
+        self._lock = threading.Lock()
         self.batch = Batch(READ_CHUNK)
         self._batches = {0: self.batch}      # one per sequence: a Batch's rows carry its sequence id
         self._run = run or (lambda fn, *args: fn(*args))
@@ -123,6 +127,20 @@ class PromptReader:
         self.chunk = READ_CHUNK     # rows per decode (any size from READ_MIN gives the same cells)
         self.reads = 0              # prompts read (for /metrics and tests)
         self.rows = 0               # rows they decoded
+
+    @property
+    def ctx(self):
+        """The F16 context (made, with its KV cache, on first use: on the decoding thread)."""
+        if self._ctx is None:
+            with self._lock:            # two slots' first reads at once make one
+                if self._ctx is None:
+                    self._ctx = self._make()
+        return self._ctx
+
+    def trust(self, lib, target, rot_k, rot_v):
+        """Take the converter a :meth:`calibrate` of this model proved before (its
+        rotations, kept in the data dir), without decoding anything now."""
+        self.converter = kv_state.Converter(lib, target.type_k, target.type_v, rot_k, rot_v)
 
     def calibrate(self, target, tokens):
         """Make the converter for ``target`` (an empty Context) and prove it on ``tokens``
@@ -195,16 +213,19 @@ class PromptReader:
             then()
 
     def clear(self, seq):
-        self._run(self.ctx.clear, seq)
+        if self._ctx is not None:
+            self._run(self._ctx.clear, seq)
 
     def save(self, seq):
         return self._run(self.ctx.save_state, seq)
 
     def load(self, seq, data):
-        return self._run(self.ctx.load_state, data, seq)
+        return self._run(lambda: self.ctx.load_state(data, seq))
 
     def close(self):
-        self.ctx.close()
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
 
 
 class ReadHistory(KvHistory):

@@ -243,11 +243,27 @@ class Session:
             batcher = self.batcher
             reader = prompt_reader.PromptReader(self.model, self.ctx, self.threads_batch,
                                                 batcher and batcher.call, batcher and batcher.aside)
+            # The check's verdict is kept in the data dir beside the verify costs: a model
+            # and cache it passed for load without it (and the F16 cache is made on the
+            # first prompt read, so a load that reads none pays nothing for it).
+            key = (f"reader|{policy.model_key(self.model.path)}{self.ctx.type_k}/{self.ctx.type_v}|"
+                   f"{self.model._lib.path}|{prompt_reader.VERSION}")
+            cache = policy.CalibrationCache(config.data_dir(self.options.data_dir) / "calibration.json")
+            known = cache.get_record(key)
             try:
-                reader.calibrate(self.ctx, probe)
+                if known and known.get("ok"):
+                    reader.trust(self.model._lib, self.ctx, int(known["rot_k"]), int(known["rot_v"]))
+                elif known:
+                    raise kv_state.StateFormatError(str(known.get("why")))
+                else:
+                    reader.calibrate(self.ctx, probe)
+                    cache.put_record(key, {"ok": True, "rot_k": reader.converter.rot_k,
+                                           "rot_v": reader.converter.rot_v})
             except kv_state.StateFormatError as e:
                 reader.close()
                 why = str(e)
+                if not known:
+                    cache.put_record(key, {"ok": False, "why": why})
             else:
                 self.reader = reader
                 self.kv = self.history(self.ctx, 0)

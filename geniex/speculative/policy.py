@@ -324,11 +324,21 @@ class CalibrationCache:
     def put(self, key, value, stalled=False):
         """Keep ``value`` = ``(costs, one_row_seconds)``; a ``stalled`` one only until the
         next load measures again."""
+        record = {"costs": {str(r): c for r, c in value[0].items()}, "one_row": value[1]}
+        if stalled:
+            record["stalled"] = True
+        self.put_record(key, record)
+
+    def get_record(self, key):
+        """Another measurement kept here (a JSON object), or None."""
+        value = self._load().get(key)
+        return value if isinstance(value, dict) else None
+
+    def put_record(self, key, record):
+        """Keep ``record`` (a JSON object) under ``key``, the newest :data:`KEEP` kept."""
         data = self._load()
         data.pop(key, None)
-        data[key] = {"costs": {str(r): c for r, c in value[0].items()}, "one_row": value[1]}
-        if stalled:
-            data[key]["stalled"] = True
+        data[key] = record
         data = dict(list(data.items())[-KEEP:])
         tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
         try:

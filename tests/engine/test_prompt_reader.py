@@ -184,14 +184,30 @@ def test_a_conversation_back_from_the_prompt_cache_answers_as_fresh(demo_model):
         s.close()
 
 
-def test_cells_that_do_not_match_the_target_turn_the_reader_off(demo_model, monkeypatch):
+def test_cells_that_do_not_match_the_target_turn_the_reader_off(demo_model, monkeypatch, tmp_path):
     # Cells that skip the target's rotation (the library itself refuses a state that says
-    # so) make other logits: the load says so and decodes prompts on the target.
+    # so) make other logits: the load says so and decodes prompts on the target; the
+    # verdict is kept, and the next load takes it without checking again.
     monkeypatch.setattr(kv_state, "hadamard", lambda x, n: x)
-    s = Session(demo_model, LoadOptions(nctx=1024))
+    for _ in range(2):
+        s = Session(demo_model, LoadOptions(nctx=1024, data_dir=tmp_path))
+        try:
+            assert s.reader is None and "do not give the target's own logits" in s.reader_note
+            assert answer(s, chat(s, text_of(5)), n=4)[0]
+        finally:
+            s.close()
+
+
+def test_a_load_after_the_check_passed_makes_the_f16_cache_on_its_first_read(demo_model, tmp_path, monkeypatch):
+    first = Session(demo_model, LoadOptions(nctx=1024, data_dir=tmp_path))
+    prompt = chat(first, text_of(6))
+    want = answer(first, prompt)[0]
+    first.close()
+    monkeypatch.setattr(prompt_reader.PromptReader, "calibrate", None)     # not called again
+    s = Session(demo_model, LoadOptions(nctx=1024, data_dir=tmp_path))
     try:
-        assert s.reader is None and "do not give the target's own logits" in s.reader_note
-        assert answer(s, chat(s, text_of(5)), n=4)[0]
+        assert s.reader is not None and s.reader._ctx is None
+        assert answer(s, prompt)[0] == want and s.reader._ctx is not None
     finally:
         s.close()
 
