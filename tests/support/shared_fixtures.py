@@ -81,7 +81,7 @@ def _curves(path):
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and "costs" in v} if isinstance(data, dict) else {}
 
 
 def _keep_stalled_curves(path):

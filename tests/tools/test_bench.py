@@ -163,7 +163,8 @@ def test_a_quick_bench_run_measures_both_sides(tmp_path, calibration_cache):
     # The curve ours' policy drafted by is reported, and it is the suite's, as given (a
     # curve measured in the run was checked against 1.0 here: a noisy measurement on a
     # busy machine found a 2-row verify at 0.83 one-row decodes and failed the test).
-    curves = [v["costs"] for v in json.loads(calibration_cache.read_text()).values() if isinstance(v, dict)]
+    curves = [v["costs"] for v in json.loads(calibration_cache.read_text()).values()
+              if isinstance(v, dict) and "costs" in v]
     assert data["meta"]["policy_verify_cost"]["ours ngram-mod"] in curves
     assert "## Ratios" in proc.stdout and "geniex ngram-mod / geniex plain" in proc.stdout
 
