@@ -42,6 +42,7 @@ from bench import busy_warnings  # noqa: E402
 MODEL = "demo/SmolLM2-135M-Instruct:Q4_1"
 SLOT_CTX, SLOTS = 4096, 4            # llama.cpp: 4 slots of geniex's context each
 SYSTEM = "You are a coding assistant working in a repository. Answer briefly and precisely."
+PAUSE = 1.0                          # seconds between turns in returning-paused
 CHARS_PER_TOKEN = 3.0                # the generated files, by llama.cpp's /tokenize of the demo model
 
 
@@ -169,6 +170,21 @@ def returning(url, r, z):
             "B2 prompt computed": b2.processed}
 
 
+def returning_after_a_pause(url, r, z):
+    """As ``returning``, but each agent comes back a second after the other's answer (as
+    an agent does that runs a tool or a test between turns): a server may use the pause."""
+    (a, fa), (b, fb) = long_conv(rng(r, "paused", "A"), z.file), long_conv(rng(r, "paused", "B"), z.file)
+    a1 = ask(url, a, z.answer)
+    time.sleep(PAUSE)
+    b1 = ask(url, b, z.answer)
+    time.sleep(PAUSE)
+    a2 = ask(url, follow_up(a, a1.text, rng(r, "paused", "A2"), fa), z.answer)
+    time.sleep(PAUSE)
+    b2 = ask(url, follow_up(b, b1.text, rng(r, "paused", "B2"), fb), z.answer)
+    return {"A2 TTFT s": a2.ttft, "A2 prompt computed": a2.processed, "B2 TTFT s": b2.ttft,
+            "B2 prompt computed": b2.processed}
+
+
 def two_at_once(url, r, z):
     convs = [long_conv(rng(r, "two", who), z.file)[0] for who in "AB"]
     replies = at_once(url, convs, z.answer)
@@ -196,6 +212,8 @@ def subagent(url, r, z):
 SCENARIOS = {
     "cold": (cold, "one conversation's first turn: system prompt + file + question"),
     "returning": (returning, "agents A and B take turns (A1, B1, A2, B2); A2 and B2 are returning turns"),
+    "returning-paused": (returning_after_a_pause, "as returning, each turn sent a second after the last "
+                                                  "answer (an agent running a tool between turns)"),
     "two-at-once": (two_at_once, "two different first turns sent at the same moment"),
     "four-short": (four_short, "four short questions (32-token answers) sent at the same moment"),
     "subagent": (subagent, "A's first turn, a short subagent request, then A's next turn"),
