@@ -26,6 +26,7 @@ _.collect
 
 # Used by tests and tools only: the schema generator (tools/release/sync_schemas.py and its
 # test), state a test reads (the governor's switch count, the policy's learnt acceptance,
-# a resolved model's draft flag, a reasoning budget's count and whether it closed the block).
+# a resolved model's draft flag, a reasoning budget's count and whether it closed the block,
+# how many prompts the F16 reader read: proof a test's prompt took that path).
 schema_properties, schema_unknown_pattern
-_.switches, _.acceptance, is_draft, _.thought_tokens, _.closed_by_budget
+_.switches, _.acceptance, is_draft, _.thought_tokens, _.closed_by_budget, _.reads
