@@ -25,8 +25,8 @@ def load(model="demo", *, nctx=4096, ngl=-1, compute=None, threads=0, prompt_kv=
     ``draft_model``, ``draft_tokens``, ``draft_min``, ``draft_p_min``, ``ngram_n``,
     ``ngram_min``, ``ngram_max``: see :data:`geniex.speculative.options.FIELDS`).
     ``prompt_kv`` is ``--prompt-kv`` (``"f16"``: prompts are read in an F16 cache of
-    their own; ``"none"``: on the answer's cache). Names resolve through the same store as the CLI (nothing is downloaded here: pull
-    with ``geniex pull`` first). The context size is checked as ``geniex infer`` checks
+    their own; ``"none"``: on the answer's cache). Names resolve through the same store
+    as the CLI (nothing is downloaded here: pull with ``geniex pull`` first). The context size is checked as ``geniex infer`` checks
     it (:func:`~geniex.engine.session.open_session`).
     """
     from geniex.store import Store

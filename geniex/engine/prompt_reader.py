@@ -125,7 +125,7 @@ class PromptReader:
         self._aside = aside or (lambda seq: contextlib.nullcontext())
         self.converter = None
         self.chunk = READ_CHUNK     # rows per decode (any size from READ_MIN gives the same cells)
-        self.reads = 0              # prompts read (for /metrics and tests)
+        self.reads = 0              # prompts read (tests check the path was taken)
         self.rows = 0               # rows they decoded
 
     @property
@@ -178,7 +178,7 @@ class PromptReader:
         seq = history.seq
         first, chunks, pad = read_plan(start, end, history.ctx.n_ctx, self.chunk)
         with self._aside(seq):
-            self._run(self.ctx.trim, first, seq)
+            self._run(lambda: self.ctx.trim(first, seq))     # (the first use makes the context there)
             del history.read[first:]
             for pos, n in chunks:
                 if cancel is not None and cancel():
@@ -269,15 +269,19 @@ class ReadHistory(KvHistory):
         self.converted = end
         return None
 
+    def behind(self):
+        n = len(self.tokens)
+        return n >= CATCH_UP_FROM and self.converted < n
+
     def catch_up(self):
         """Read what the target holds but decoded itself (the last answer) and put the
         read cells in place of its own, so the conversation, if it comes back, reads only
         its new turn; the cells are then what a fresh read of its tokens writes, as ever."""
-        n = len(self.tokens)
-        if n < CATCH_UP_FROM or self.converted >= n:
+        if not self.behind():
             return
+        n = len(self.tokens)
         start = min(common_prefix(self.read, self.tokens), n)
-        self.reader.read(self, self.tokens, start, n, min(self.converted, n))
+        self.reader.read(self, self.tokens, start, n, self.converted)
         self.converted = n
 
     def reset(self):
@@ -291,10 +295,8 @@ class ReadHistory(KvHistory):
                             list(self.read), self.converted)
 
     def restore(self, snap, tokens):
-        self.loaded = None
         if not self.ctx.load_state(snap.target):
-            self.tokens, self.converted, self.read = [], 0, []
-            self.reader.clear(self.seq)
+            self.reset()
             return False
         self.tokens, self.converted, self.loaded = list(tokens), snap.converted, snap.target
         self.read = []

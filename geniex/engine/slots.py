@@ -130,7 +130,7 @@ class Slots:
         finally:
             self.batcher.leave(slot.seq)
             self._release(slot, answered=True)
-            if getattr(slot.kv, "catch_up", None) is not None:
+            if slot.kv.behind():
                 threading.Thread(target=self._settle, args=(slot,), name="geniex-catch-up", daemon=True).start()
 
     def _settle(self, slot):
@@ -177,6 +177,7 @@ class Slots:
 
     def _take(self, tokens, owner, reuse):
         reuse = self.session.reuse_exact if reuse is None else reuse
+
         def shared(s):
             return common_prefix(s.kv.tokens, tokens) if reuse and s.kv_owner == owner else 0
 

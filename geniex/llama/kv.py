@@ -87,6 +87,14 @@ class KvHistory:
         self.ctx.clear()
         self.tokens = []
 
+    def behind(self):
+        """Whether :meth:`catch_up` has work (a history whose prompts another context
+        reads: geniex.engine.prompt_reader)."""
+        return False
+
+    def catch_up(self):
+        """Nothing here (see :meth:`behind`)."""
+
     def snapshot(self):
         """The cache's conversation as a value for a prompt cache (``len()`` is its bytes)."""
         return self.ctx.save_state()

@@ -58,7 +58,6 @@ class SeqState:
     head: bytes
     tail: bytes                       # the other streams' empty cell counts after this one
     positions: np.ndarray
-    v_trans: int
     rot_k: int
     rot_v: int
     k: list = field(default_factory=list)
@@ -94,7 +93,7 @@ def parse(blob):
         o += _DATA.size
         if v_trans:
             raise StateFormatError("the V cache is transposed (flash attention off)")
-        state = SeqState(blob[:head_end], b"", positions, v_trans, rot_k, rot_v)
+        state = SeqState(blob[:head_end], b"", positions, rot_k, rot_v)
         for part in (state.k, state.v):
             for _ in range(n_layer):
                 typ, row_bytes = _LAYER.unpack_from(blob, o)
@@ -154,7 +153,6 @@ class Converter:
         values = src.data.view(np.float16).astype(np.float32)
         if rot:
             hadamard(values, rot)
-        values = np.ascontiguousarray(values)
         row_bytes = self._lib.ggml_row_size(typ, n)
         out = np.empty((len(values), row_bytes), np.uint8)
         written = self._lib.ggml_quantize_chunk(typ, values.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
