@@ -88,6 +88,7 @@ class Placer:
         fields (or the server's setup); ``lenient``: a request that sets no load field
         takes a resident model of that name however it is loaded (tokenize, props, ...)."""
         target, warnings = self.target(body)
+        self._check_start_only(body)
         self._check_fixed(body)
         nctx = self._sized(body, target)
         spec = self.spec(body) if drafting else None
@@ -166,6 +167,17 @@ class Placer:
         return spec
 
     # -- checks ------------------------------------------------------------------------
+    def _check_start_only(self, body):
+        """A 400 naming a load setting only the server's start sets (its threads, how it
+        reads prompts), rather than an answer that ignores it; the server's own value of
+        ``prompt_kv`` is accepted."""
+        for name, why in (("threads", "the server decodes on every physical core"),
+                          ("prompt_kv", "set when the server starts (geniex serve --prompt-kv)")):
+            value = body.get(name)
+            if value is None or (name == "prompt_kv" and str(value).lower() == self.defaults.prompt_kv):
+                continue
+            raise ApiError(400, f"{name}: {why}, not per request; leave it out", param=name, code="invalid_value")
+
     def _check_fixed(self, body):
         """With ``fixed_load``: a 400 naming the first load field that differs from the
         server's."""

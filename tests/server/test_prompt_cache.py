@@ -76,3 +76,13 @@ def test_cache_prompt_must_be_a_boolean(server):
                                                                  "cache_prompt": "yes"},
                       headers={"Authorization": f"Bearer {KEYS[0]}"}, timeout=ANSWER_TIMEOUT)
     assert r.status_code == 400 and r.json()["error"]["param"] == "cache_prompt"
+
+
+def test_load_settings_only_the_server_start_sets_are_a_400_naming_them(server):
+    for field, value in (("prompt_kv", "none"), ("threads", 1)):
+        r = requests.post(server.url + "/v1/chat/completions", json={"model": DEMO, "messages": agent("a"),
+                                                                     "max_tokens": 1, field: value},
+                          headers={"Authorization": f"Bearer {KEYS[0]}"}, timeout=ANSWER_TIMEOUT)
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    # The server's own way of reading prompts may be named.
+    ask(server, agent("a"), prompt_kv="f16")
