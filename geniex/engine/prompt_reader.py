@@ -127,6 +127,7 @@ class PromptReader:
         self.chunk = READ_CHUNK     # rows per decode (any size from READ_MIN gives the same cells)
         self.reads = 0              # prompts read (tests check the path was taken)
         self.rows = 0               # rows they decoded
+        self.active = 0             # reads running now (a slot's catch-up gives way to others)
 
     @property
     def ctx(self):
@@ -175,6 +176,15 @@ class PromptReader:
         ``[0, end)``: ``[0, keep)`` as it holds them, the rest turned from here.
         ``on_rows(logits, pos, n)``, if given, hears each call's rows (``logits(i)`` is row
         ``i``'s, at position ``pos + i``) before the next call."""
+        with self._lock:
+            self.active += 1
+        try:
+            self._read(history, tokens, start, end, keep, cancel, progress, on_rows)
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    def _read(self, history, tokens, start, end, keep, cancel, progress, on_rows):
         seq = history.seq
         first, chunks, pad = read_plan(start, end, history.ctx.n_ctx, self.chunk)
         with self._aside(seq):
@@ -273,16 +283,21 @@ class ReadHistory(KvHistory):
         n = len(self.tokens)
         return n >= CATCH_UP_FROM and self.converted < n
 
-    def catch_up(self):
+    def catch_up(self, cancel=None):
         """Read what the target holds but decoded itself (the last answer) and put the
         read cells in place of its own, so the conversation, if it comes back, reads only
-        its new turn; the cells are then what a fresh read of its tokens writes, as ever."""
+        its new turn; the cells are then what a fresh read of its tokens writes, as ever.
+        ``cancel()`` true before a call stops it (errors.Cancelled); the target's cells are
+        then untouched and the rows read so far are kept for the next try."""
         if not self.behind():
             return
         n = len(self.tokens)
         start = min(common_prefix(self.read, self.tokens), n)
-        self.reader.read(self, self.tokens, start, n, self.converted)
+        self.reader.read(self, self.tokens, start, n, self.converted, cancel)
         self.converted = n
+
+    def reading(self):
+        return self.reader.active
 
     def reset(self):
         super().reset()

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 
+from geniex.errors import Cancelled
 from geniex.llama.kv import KvHistory, common_prefix
 from geniex.llama.objects import Batch
 from geniex.speculative import policy as policies
@@ -23,9 +24,9 @@ from geniex.speculative.drafters.base import Drafter
 
 log = logging.getLogger("geniex.engine")
 
-# Seconds a server stays idle after an answer before its slot reads the answer in the F16
-# context (Slots._settle): back-to-back requests (a client's next within milliseconds)
-# are not made to wait for that read.
+# Seconds without a prompt read or a request waiting for a slot before a slot reads its
+# last answer in the F16 context (Slots._settle): back-to-back requests (a client's next
+# within milliseconds) are not made to wait for that read.
 IDLE = 0.25
 SIMILARITY = 0.1    # the part of a prompt a slot must hold to be chosen for it (llama-server's default)
 
@@ -134,39 +135,53 @@ class Slots:
                 threading.Thread(target=self._settle, args=(slot,), name="geniex-catch-up", daemon=True).start()
 
     def _settle(self, slot):
-        """Once the server has been idle for :data:`IDLE` seconds after slot ``slot``'s
-        answer, read the answer in the F16 context (ReadHistory.catch_up) so that its
-        conversation coming back reads only its new turn. Work that arrives first wins:
-        the read would hold the decode thread for a 64+-row call, so it waits for a moment
-        when no slot answers and no request waits for one, and is dropped once the slot
-        answers again (its conversation is then read as it comes)."""
+        """Read slot ``slot``'s last answer in the F16 context (ReadHistory.catch_up) once
+        no prompt has been read and no request has waited for a slot for :data:`IDLE`
+        seconds, so that its conversation coming back reads only its new turn. Other
+        slots may be answering meanwhile: their decodes then wait for one read call
+        (their streams pause once, for well under a second on the demo model), which is
+        what lets agents that take turns on one server find their conversations read
+        (measured: the returning turn's first token 1.76x llama-server's when this
+        waited for an idle server). Work that arrives first wins: a back-to-back request
+        does not wait for the read, a request waiting for a slot or another read stops
+        it before its next call (it is tried again later), and it is dropped once the
+        slot answers again (its conversation is then read as it comes)."""
         answers = slot.answers
 
         def moved_on():
             return self._closed or slot.answers != answers
+
+        def quiet():
+            return not self._wanted and not slot.kv.reading()
+
+        def give_way():
+            return self._closed or self._wanted or slot.kv.reading() > 1
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: moved_on() or not self._in_use())
+                # reading() is the reader's count, which does not notify: look again
+                # every IDLE.
+                while not (moved_on() or quiet()):
+                    self._cond.wait(IDLE)
                 if moved_on():
                     return
             time.sleep(IDLE)
             with self._cond:
                 if moved_on():
                     return
-                if not self._in_use():
-                    slot.busy = slot.settling = True
-                    break
-        try:
-            slot.kv.catch_up()
-        except Exception:       # noqa: BLE001 - the conversation is read again when it returns
-            log.warning("slot %d: reading its last answer failed", slot.seq, exc_info=True)
-            slot.kv.reset()
-        finally:
-            self._release(slot)
-
-    def _in_use(self):
-        """Whether a slot answers or a request waits for one (the condition is held)."""
-        return self._wanted or any(s.busy for s in self.slots)
+                if not quiet() or slot.busy:
+                    continue
+                slot.busy = slot.settling = True
+            try:
+                slot.kv.catch_up(give_way)
+            except Cancelled:
+                continue
+            except Exception:       # noqa: BLE001 - the conversation is read again when it returns
+                log.warning("slot %d: reading its last answer failed", slot.seq, exc_info=True)
+                slot.kv.reset()
+                return
+            finally:
+                self._release(slot)
+            return
 
     def _release(self, slot, answered=False):
         with self._cond:
@@ -224,6 +239,9 @@ class Slots:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            # A slot reading its last answer stops before its next call; the call it is
+            # in, and the cells it puts in the target, finish before the contexts go.
+            self._cond.wait_for(lambda: not any(s.settling for s in self.slots))
         self.batcher.close()
         for s in self.slots:
             if s.drafter is not None:

@@ -92,8 +92,13 @@ class KvHistory:
         reads: geniex.engine.prompt_reader)."""
         return False
 
-    def catch_up(self):
+    def catch_up(self, cancel=None):
         """Nothing here (see :meth:`behind`)."""
+
+    def reading(self):
+        """How many prompt reads run now in the context that reads this history's
+        prompts (none: the target decodes its own, in the slots' shared decodes)."""
+        return 0
 
     def snapshot(self):
         """The cache's conversation as a value for a prompt cache (``len()`` is its bytes)."""

@@ -229,7 +229,7 @@ def test_a_short_context_reads_prompts_on_the_target(demo_model):
         s.close()
 
 
-def test_a_slot_reads_its_answer_after_it_so_a_returning_turn_reads_only_what_is_new(demo_model):
+def test_a_slot_reads_its_answer_while_another_answers_so_a_returning_turn_reads_only_what_is_new(demo_model):
     s = Session(demo_model, LoadOptions(nctx=1024, parallel=2))
     try:
         first = chat(s, text_of(20) + "Which function returns slot_1?")
@@ -239,12 +239,22 @@ def test_a_slot_reads_its_answer_after_it_so_a_returning_turn_reads_only_what_is
             a, _ = answer(seated, first)
         back = first + a + chat(s, "And slot_3?")[1:]
         slot = s.slots.slots[0]
-        deadline = time.monotonic() + 30                  # read once the server has been idle a while
-        while slot.kv.converted < len(slot.kv.tokens) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        other = chat(s, "Name three colours.")
+        # Agents take turns: B is in the middle of its answer (its rows wanted by every
+        # shared decode) while A's slot reads A's last answer; B's answer is its own.
+        with s.seat(other, "B") as seated:
+            assert seated.slot is not slot
+            seated.adopt(other, "B")
+            steps = iter(seated.generate(other, GenOptions(max_tokens=12, sampling=SamplingParams())))
+            b = list(next(steps).committed)
+            deadline = time.monotonic() + 30
+            while slot.kv.converted < len(slot.kv.tokens) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert slot.kv.converted == len(slot.kv.tokens) > len(first)      # read while B answers
+            b += [t for step in steps for t in step.committed]
         with s.seat(back, "A") as seated:
             held = list(seated.slot.kv.tokens)
-            assert len(held) > len(first) and seated.slot.kv.converted == len(held)    # all of it read
+            assert seated.slot is slot and len(held) > len(first) and seated.slot.kv.converted == len(held)
             seated.adopt(back, "A")
             warm, stats = answer(seated, back)
         assert stats.prompt_reused == common_prefix(held, back) >= len(first)
@@ -252,5 +262,8 @@ def test_a_slot_reads_its_answer_after_it_so_a_returning_turn_reads_only_what_is
         with s.seat(back, "A") as seated:
             seated.adopt(back, "A")
             assert answer(seated, back)[0] == warm
+        with s.seat(other, "B") as seated:
+            seated.adopt(other, "B")
+            assert answer(seated, other, n=12)[0] == b
     finally:
         s.close()
