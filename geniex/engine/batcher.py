@@ -53,6 +53,7 @@ class Batcher:
         self._busy = set()                       # slots in an answer
         self._waiting = {}                       # slot -> its Batch, handed over for the next decode
         self._offsets = {}                       # slot -> its first row in the last decode
+        self._rows = {}                          # slot -> its rows in the last decode it joined
         self._errors = {}
         self._scheduled = False                  # a decode was handed to the thread and has not run
         self._closed = False
@@ -81,6 +82,14 @@ class Batcher:
     def busy(self):
         with self._cond:
             return len(self._busy)
+
+    def company(self, seq):
+        """``(rows, slots)``: what the other slots in an answer put in their last decodes,
+        what slot ``seq``'s next decode is likely to share (its draft policy prices a
+        verify row at what the whole decode costs)."""
+        with self._cond:
+            others = self._busy - {seq}
+            return sum(self._rows.get(s, 1) for s in others), len(others)
 
     @contextlib.contextmanager
     def aside(self, seq):
@@ -172,6 +181,7 @@ class Batcher:
                     group._seq_ptrs[i] = ptr
                     self._row_seq[i] = seq
             self._offsets[seq] = rows
+            self._rows[seq] = n
             rows += n
         group.struct.n_tokens = rows
         error = None

@@ -11,6 +11,7 @@ that slot sees it; the slots' decodes are gathered into one by
 """
 import contextlib
 import copy
+import functools
 import logging
 import threading
 import time
@@ -103,7 +104,10 @@ class Slots:
         for seq, (view, drafter) in enumerate(zip(views, drafters)):
             if drafter is not None:
                 drafter = OnDecodeThread(drafter, batcher)
-            self.slots.append(Slot(seq, view, drafter, copy.deepcopy(policy), n_batch, session.history(view, seq)))
+            own = copy.deepcopy(policy)
+            if isinstance(own, policies.GainPolicy):
+                own.company = functools.partial(batcher.company, seq)
+            self.slots.append(Slot(seq, view, drafter, own, n_batch, session.history(view, seq)))
         self._cond = threading.Condition()
         self._wanted = 0                # requests waiting in _take
         self._closed = False
@@ -281,6 +285,7 @@ class SlotSession:
         # costs at load.
         if isinstance(self.slot.policy, policies.FixedPolicy) and self._session.options.spec.policy == "auto":
             self.slot.policy = policies.GainPolicy(*self._session.verify_costs)
+            self.slot.policy.company = functools.partial(self._session.batcher.company, self.slot.seq)
 
     def seat(self, tokens, owner, reuse, what=""):
         return contextlib.nullcontext(self)

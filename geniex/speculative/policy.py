@@ -12,6 +12,11 @@ k to maximise expected committed tokens per unit of time:
     T(k) = cost(k + 1) + d * k               (verify k+1 rows, draft k tokens)
     k*   = argmax E(k) / T(k) over 0..limit   (k* = 0: no draft this step)
 
+Beside other slots (``serve --parallel``) a step's verify joins one decode with their
+rows, which every answer in it waits for, so the rate is the whole decode's: E(k) plus
+one token per other answer, over cost(other rows + k + 1) (:attr:`GainPolicy.company`);
+where extra rows cost little alone but tip a full batch over a kernel step, a draft that
+pays alone is dropped there, and speculation with several clients is not slower than none.
 ``cost`` is measured when a model loads (:func:`calibrate`: the fastest of a few decodes
 of every size from 1 to 8 rows and of 16, interpolated between 8 and 16; cached per model
 file, threads and KV cache type), on every core and, where the thread governor may move the answer to one
@@ -115,6 +120,9 @@ class GainPolicy:
         self.calibration = {}                     # method -> [accepted, rejected] per probability bucket
         self.steps = 0
         self.costly = False                       # some method's drafting time per token is above COSTLY
+        # () -> (rows, answers) the other slots put in the shared decode this policy's
+        # verify joins (geniex.engine.batcher.Batcher.company); None: it decodes alone.
+        self.company = None
 
     def verify_cost(self, k, setting="all"):
         """Time of a (k+1)-row verify in one-row decodes on ``setting`` (a name from
@@ -154,7 +162,12 @@ class GainPolicy:
         a = acc / (acc + rej)
         cal = self._calibration(method) if probs is not None else None
         setting = self.setting()
-        best_k, best_rate, gain, term = 0, 1.0, 1.0, 1.0
+        # Beside other slots a verify row is priced at what it adds to the whole shared
+        # decode, which every answer in it waits for: the step's tokens are this answer's
+        # expected ones plus one per other answer, its time the decode of everyone's rows.
+        rows, others = self.company() if self.company is not None else (0, 0)
+        best_k, gain, term = 0, 1.0, 1.0
+        best_rate = (1.0 + others) / self.verify_cost(rows, setting)
         for k in range(1, limit + 1):
             if cal is None:
                 term *= a
@@ -162,7 +175,7 @@ class GainPolicy:
                 hit, miss = cal[bisect_right(PROB_EDGES, probs[k - 1])]
                 term *= hit / (hit + miss)
             gain += term
-            rate = gain / (self.verify_cost(k, setting) + d * k)
+            rate = (gain + others) / (self.verify_cost(rows + k, setting) + d * k)
             if rate > best_rate:
                 best_k, best_rate = k, rate
             elif term < 0.01:

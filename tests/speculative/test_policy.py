@@ -178,3 +178,21 @@ def test_a_curve_with_stalls_is_not_kept():
     assert stalled({1: 1.0, 2: 1.22, 4: 2.0, 8: 20.12, 16: 30.0})
     assert stalled({1: 1.0, 2: 3.5})
     assert not stalled({1: 1.0, 2: 2.03, 4: 2.84, 8: 4.19, 16: 7.87})
+
+
+def test_beside_other_slots_a_verify_row_is_priced_at_the_whole_decode():
+    # A device where rows are nearly free up to 8 and dear after (a GPU-like staircase):
+    # alone, a fairly good drafter fills the 8 rows; beside seven answers' one row each,
+    # any draft tips the shared decode over the step and slows all eight answers.
+    costs = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.15, 5: 1.2, 6: 1.25, 7: 1.3, 8: 1.35, 16: 4.0}
+    p = trained(GainPolicy(costs, one_row_seconds=0.01), "m", 0.7)
+    assert p.best("m", 7) == 7
+    p.company = lambda: (7, 7)
+    assert p.best("m", 7) == 0
+    p.company = lambda: (0, 0)                  # alone again: the same choice as without company
+    assert p.best("m", 7) == 7
+    # On a linear CPU curve the company changes little: the step's own rows dominate
+    # neither way, and a draft that pays alone still pays beside one other answer.
+    q = trained(GainPolicy(line(0.3), one_row_seconds=0.01), "m", 1.0)
+    q.company = lambda: (1, 1)
+    assert q.best("m", 8) == 8
