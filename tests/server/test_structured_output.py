@@ -15,7 +15,7 @@ import pytest
 
 from demo_variants import demo_with_pooling_and_fim
 from geniex.store import Store
-from serverproc import AppServer, DEMO, ok
+from serverproc import AppServer, DEMO, calibrate_as, ok, seed_calibration
 
 VARIANT = "test/demo-embed-fim:Q4_1"
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
@@ -37,11 +37,14 @@ def grammar_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, demo_model, grammar_dir):
+def server(tmp_path_factory, demo_model, grammar_dir, calibration_cache):
     from geniex.server.placement import Defaults
     data = tmp_path_factory.mktemp("structured")
     variant = demo_with_pooling_and_fim(demo_model, tmp_path_factory.mktemp("variant") / "demo-embed-fim.Q4_1.gguf")
-    Store(data).pull(VARIANT, local_path=variant, out=io.StringIO(), interactive=False)
+    stored = Store(data).pull(VARIANT, local_path=variant, out=io.StringIO(), interactive=False)
+    # The stored variant has the demo model's curves (its tensors): its load measures none.
+    seed_calibration(data)
+    calibrate_as(data / "calibration.json", stored.path, demo_model)
     with AppServer(data, model=DEMO, defaults=Defaults(nctx=1024, grammar_dir=str(grammar_dir))) as s:
         yield s
 

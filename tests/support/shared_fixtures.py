@@ -46,14 +46,20 @@ def demo_q4_0(demo_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tool_models(demo_model, tmp_path_factory):
+def tool_models(demo_model, calibration_cache, tmp_path_factory):
     """The demo model with a chat template that renders tools and thoughts per tool-call family
     (tests/support/tool_templates.py): ``{family: path}``; ``qwen3`` is the shared
-    tool-calling model."""
+    tool-calling model. Each has the demo model's verify cost curves in the suite's
+    calibration cache (the same tensors: ``serverproc.calibrate_as``), so that a server's
+    load of it with slots does not measure them again (2.5 s per family and server)."""
     import tool_templates
+    from serverproc import calibrate_as
     d = tmp_path_factory.mktemp("tool-models")
-    return {family: tool_templates.demo_with_template(demo_model, d / f"demo-{family}.Q4_1.gguf", family)
-            for family in tool_templates.TEMPLATES}
+    models = {family: tool_templates.demo_with_template(demo_model, d / f"demo-{family}.Q4_1.gguf", family)
+              for family in tool_templates.TEMPLATES}
+    for path in models.values():
+        calibrate_as(calibration_cache, path, demo_model)
+    return models
 
 
 @pytest.fixture(scope="session")
