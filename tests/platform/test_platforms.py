@@ -10,6 +10,7 @@ import ast
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -278,20 +279,24 @@ NO_FCNTL = textwrap.dedent('''
 ''')
 
 
-def test_store_cli_and_server_work_without_fcntl(tmp_path):
+def test_store_cli_and_server_work_without_fcntl(tmp_path, calibration_cache):
     """The store's locks, the CLI and the server in a Python (and every process it starts:
     PYTHONPATH is inherited) that cannot import ``fcntl``: a ``sitecustomize`` shim raises
     ModuleNotFoundError for it, which is what Windows does. One process runs the checks of
     tests/platform/without_fcntl.py (locks across processes; the store's pull, remove and
     clean, each of which locks; the CLI's pull and remove; the server answering), with
     UserWarning an error. (This was a nested pytest run of store, CLI and server tests,
-    whose start, fixtures and CLI runs cost most of its time; no check here loads a model
-    speculatively, so none needs the suite's calibration cache.)"""
+    whose start, fixtures and CLI runs cost most of its time.) Its default data dir starts
+    with the suite's calibration cache, which the server's data dir is seeded from
+    (serverproc.seed_calibration): a load with slots measures the demo model's verify
+    costs where it finds none (2.5 s on one CPU), though nothing here drafts."""
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(NO_FCNTL, encoding="utf-8")
     env = {"PYTHONPATH": os.pathsep.join([str(shim), str(ROOT), str(ROOT / "tests" / "support")]),
            "GENIEX_DATADIR": str(tmp_path / "default-data")}
+    (tmp_path / "default-data").mkdir()
+    shutil.copyfile(calibration_cache, tmp_path / "default-data" / "calibration.json")
     probe = _run(["-c", "import geniex.store, geniex.cli, geniex.server.app\n"
                         "try:\n    import fcntl\nexcept ImportError:\n    print('no fcntl')"], env=env)
     assert probe.stdout.strip() == "no fcntl", probe.stderr
