@@ -169,12 +169,14 @@ def test_a_quick_bench_run_measures_both_sides(tmp_path, calibration_cache):
     assert "## Ratios" in proc.stdout and "geniex ngram-mod / geniex plain" in proc.stdout
 
 
-def test_a_quick_clients_run_lists_both_servers(tmp_path):
+def test_a_quick_clients_run_lists_both_servers(tmp_path, calibration_cache):
     """clients.py's cold scenario, quick (one ~340-token first turn per server, a few
-    seconds): both servers answer, the table has both columns, the JSON both sides."""
+    seconds): both servers answer, the table has both columns, the JSON both sides.
+    geniex's load with slots reads the suite's calibration instead of measuring it."""
     out = tmp_path / "clients.json"
     proc = subprocess.run([sys.executable, str(BENCH / "clients.py"), "--quick", "--scenarios", "cold",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                           "--json", str(out), "--calibration", str(calibration_cache)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| | geniex | llama.cpp | geniex / llama.cpp |" in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if line.startswith("| TTFT s |"))

@@ -19,6 +19,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -251,8 +252,12 @@ class Served:
             self.proc.wait()
 
 
-def start_geniex(workdir):
+def start_geniex(workdir, calibration=None):
     env = {**os.environ, "GENIEX_DATADIR": str(workdir / "geniex-data"), "PYTHONUNBUFFERED": "1"}
+    if calibration:
+        # Read at the model's load (before any figure is taken); without it the load measures.
+        (workdir / "geniex-data").mkdir(exist_ok=True)
+        shutil.copyfile(calibration, workdir / "geniex-data" / "calibration.json")
     env.pop("GENIEX_HOST", None)
     return Served("geniex", [sys.executable, "-m", "geniex", "serve", "--host", "127.0.0.1:0"],
                   workdir / "geniex.log", env)
@@ -333,6 +338,10 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small files (~300 tokens), short answers, 1 round")
     ap.add_argument("--scenarios", help="comma list (default: all): " + ", ".join(SCENARIOS))
     ap.add_argument("--json", type=Path, help="save the figures here")
+    ap.add_argument("--calibration", type=Path, metavar="FILE",
+                    help="start geniex's data dir with this calibration cache (a data dir's calibration.json): its "
+                         "load with slots then reads the verify costs instead of measuring them (the suite's smoke "
+                         "run: measured once per run)")
     ap.add_argument("--serve-llamacpp", metavar="MODEL", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve_llamacpp:
@@ -354,7 +363,7 @@ def main(argv=None):
     try:
         # One after the other, so that neither's load competes with the other's (and the
         # first is stopped below if the second fails to start).
-        servers.append(start_geniex(workdir))
+        servers.append(start_geniex(workdir, args.calibration))
         servers.append(start_llamacpp(workdir, model_path))
         for s in servers:
             ask(s.url, short_conv(random.Random("warm")), 2)        # loads geniex's model
