@@ -25,7 +25,7 @@ from geniex.llama.gguf_file import check_tokenizer
 from geniex.llama.kv import KvHistory, common_prefix
 from geniex.llama.objects import Batch, Context, Model
 from geniex.llama.threads import ThreadGovernor
-from geniex.speculative import build, policy
+from geniex.speculative import build, per_answer, policy
 from geniex.speculative.drafters.base import NO_DRAFTER, DrafterChain
 from geniex.speculative.drafters.prediction import PredictionDrafter
 from geniex.speculative.options import SpecOptions
@@ -197,6 +197,7 @@ class Session:
         decoded (the MTP assistant must be wired to a fresh target context)."""
         options = self.options
         self.drafter = None
+        self.own_drafters = {}          # n-gram drafters made for requests' own setups (per_answer)
         self.spec_notes = []
         self._slot_drafters = [None] * len(self._views)
         if not options.spec.enabled:
@@ -337,8 +338,10 @@ class Session:
             self.slots.forget(drafts)
             return
         self.kv.reset()
-        if drafts and self.drafter is not None:
-            self.drafter.forget()
+        if drafts:
+            for d in (self.drafter, *self.own_drafters.values()):
+                if d is not None:
+                    d.forget()
 
     def seat(self, tokens, owner=None, reuse=None, what=""):
         """A context manager giving the session one answer to ``tokens`` runs on: the
@@ -382,10 +385,17 @@ class Session:
                               "conversation")
         return tokens
 
-    def generate(self, prompt_tokens, opts, cancel=None, speculative=True, progress=None):
+    def generate(self, prompt_tokens, opts, cancel=None, speculative=True, progress=None, spec=None):
         """Start answering; returns a :class:`Generation` to iterate. ``progress(total,
-        cached, processed)`` hears how far the prompt's decoding got."""
-        drafter = self.drafter if speculative and self.drafter is not None else NO_DRAFTER
+        cached, processed)`` hears how far the prompt's decoding got. ``spec``: the
+        request's own speculative setup, answered on the drafters as loaded
+        (geniex.speculative.per_answer); None: the loaded setup."""
+        if spec is not None and spec.key() == self.options.spec.key():
+            spec = None
+        drafter = self._drafter_for(spec) if speculative else NO_DRAFTER
+        answer_policy = None
+        if spec is not None and drafter is not NO_DRAFTER:
+            answer_policy = self._policy_for(spec.policy)
         if opts.prediction:
             drafter = self._with_prediction(drafter, opts.prediction)
         if opts.grammar is not None or opts.think_budget is not None:
@@ -394,7 +404,24 @@ class Session:
             forced = speculative and (not self.model.recurrent or self.n_rs_seq > 0)
             opts = dataclasses.replace(opts, forced_drafts=opts.forced_drafts and forced,
                                        forced_max=self.n_rs_seq if self.model.recurrent else None)
-        return Generation(self, prompt_tokens, opts, drafter, cancel, progress)
+        return Generation(self, prompt_tokens, opts, drafter, cancel, progress, answer_policy,
+                          (spec or self.options.spec).types)
+
+    def _drafter_for(self, spec):
+        """An answer's drafter: the loaded one with its loaded settings (``spec`` None),
+        else the one ``spec`` asks for on it (geniex.speculative.per_answer)."""
+        if spec is None:
+            per_answer.restore(self.drafter)     # an earlier answer may have set its own
+            return self.drafter or NO_DRAFTER
+        return per_answer.drafter(self.drafter, spec, self.n_rs_seq if self.model.recurrent else None,
+                                  self.own_drafters)
+
+    def _policy_for(self, wanted):
+        """The draft policy of an answer whose request asks for ``wanted`` ("auto", "fixed")."""
+        if wanted == "fixed":
+            return loop.FIXED
+        self._prediction_policy(force=True)
+        return self.policy
 
     def _with_prediction(self, drafter, text):
         """``drafter`` preceded by drafts from the request's predicted output (OpenAI's
@@ -413,12 +440,13 @@ class Session:
         own = PredictionDrafter(tokens)
         return own if drafter is NO_DRAFTER else DrafterChain([own, drafter])
 
-    def _prediction_policy(self):
+    def _prediction_policy(self, force=False):
         """A session without drafters drafts by a fixed policy (it never drafts); a
-        prediction gets the draft policy an auto session has, on this model's verify
-        cost curve, made on first use: a whole 16-token draft verified every step costs
-        more than it saves where the prediction and the answer part."""
-        if not isinstance(self.policy, policy.FixedPolicy) or self.options.spec.policy != "auto":
+        prediction (or, with ``force``, a request asking for the auto policy) gets the
+        draft policy an auto session has, on this model's verify cost curve, made on
+        first use: a whole 16-token draft verified every step costs more than it saves
+        where the prediction and the answer part."""
+        if not isinstance(self.policy, policy.FixedPolicy) or (not force and self.options.spec.policy != "auto"):
             return
         governor, self.ctx.governor = self.ctx.governor, None     # calibrating sets threads itself
         # Measuring decodes on (and empties) the context, which may hold a conversation
@@ -532,14 +560,17 @@ def _wants_bundled_nextn(header, spec):
 class Generation:
     """One answer in progress: iterate for :class:`~geniex.engine.loop.Step` records."""
 
-    def __init__(self, session, prompt_tokens, opts, drafter, cancel, progress=None):
+    def __init__(self, session, prompt_tokens, opts, drafter, cancel, progress=None, policy=None, spec_types=None):
         self.session = session
-        self.stats = Stats(spec_types=tuple(session.options.spec.types) if drafter is not NO_DRAFTER else ())
+        if spec_types is None:
+            spec_types = session.options.spec.types
+        self.stats = Stats(spec_types=tuple(spec_types) if drafter is not NO_DRAFTER else ())
         self.tokens = []
         self._parts = []
+        if drafter is NO_DRAFTER:
+            policy = loop.FIXED
         self._steps = loop.steps(session.ctx, session.vocab, session.kv, session.batch, prompt_tokens,
-                                 opts, drafter, cancel, self.stats,
-                                 session.policy if drafter is not NO_DRAFTER else loop.FIXED, progress)
+                                 opts, drafter, cancel, self.stats, policy or session.policy, progress)
 
     def __iter__(self):
         for step in self._steps:

@@ -19,8 +19,9 @@ import time
 from geniex.errors import Cancelled
 from geniex.llama.kv import KvHistory, common_prefix
 from geniex.llama.objects import Batch
+from geniex.speculative import per_answer
 from geniex.speculative import policy as policies
-from geniex.speculative.drafters.base import Drafter
+from geniex.speculative.drafters.base import NO_DRAFTER, Drafter
 
 
 log = logging.getLogger("geniex.engine")
@@ -43,6 +44,7 @@ class Slot:
         self.kv_owner = None
         self.batch = Batch(n_batch)
         self.drafter = drafter
+        self.own_drafters = {}          # n-gram drafters made for requests' own setups (per_answer)
         self.policy = policy
         self.busy = False
         self.settling = False           # reading its last answer after it (ReadHistory.catch_up)
@@ -51,6 +53,12 @@ class Slot:
         self.answers = 0
         self.task = ""                  # what it answers now (for /slots)
         self.started = 0.0
+
+    def forget_drafts(self):
+        """Its drafters forget what they learned from earlier answers."""
+        for d in (self.drafter, *self.own_drafters.values()):
+            if d is not None:
+                d.forget()
 
     def describe(self):
         """What ``/slots`` shows of it."""
@@ -127,8 +135,7 @@ class Slots:
         if slot.forget:
             slot.forget = False
             slot.kv.reset()
-            if slot.drafter is not None:
-                slot.drafter.forget()
+            slot.forget_drafts()
         self.batcher.enter(slot.seq)
         try:
             yield SlotSession(self.session, slot)
@@ -231,8 +238,8 @@ class Slots:
                 s.forget = s.forget or drafts
                 if not s.busy:
                     s.kv.reset()
-                    if drafts and s.drafter is not None:
-                        s.drafter.forget()
+                    if drafts:
+                        s.forget_drafts()
                     s.forget = False
 
     def status(self):
@@ -280,15 +287,28 @@ class SlotSession:
     def speculative(self):
         return self.drafter is not None
 
-    def _prediction_policy(self):
+    def _prediction_policy(self, force=False):
         # A slot never calibrates on the shared context: the session measured its verify
         # costs at load.
-        if isinstance(self.slot.policy, policies.FixedPolicy) and self._session.options.spec.policy == "auto":
+        if isinstance(self.slot.policy, policies.FixedPolicy) and (force or self._session.options.spec.policy == "auto"):
             self.slot.policy = policies.GainPolicy(*self._session.verify_costs)
             self.slot.policy.company = functools.partial(self._session.batcher.company, self.slot.seq)
 
     def seat(self, tokens, owner, reuse, what=""):
         return contextlib.nullcontext(self)
+
+    def _drafter_for(self, spec):
+        # The loaded drafter runs on the decode thread (OnDecodeThread); so does the
+        # answer's own where it is made of the loaded one's parts.
+        loaded = self.drafter.inner if self.drafter is not None else None
+        if spec is None:
+            per_answer.restore(loaded)
+            return self.drafter or NO_DRAFTER
+        made = per_answer.drafter(loaded, spec, self.n_rs_seq if self.model.recurrent else None,
+                                  self.slot.own_drafters)
+        if made is NO_DRAFTER or loaded is None:
+            return made
+        return OnDecodeThread(made, self._session.batcher)
 
 
 def _borrow(*names):
@@ -297,4 +317,4 @@ def _borrow(*names):
         setattr(SlotSession, name, getattr(Session, name))
 
 
-_borrow("adopt", "generate", "_with_prediction", "reset", "tokenize_prompt")
+_borrow("adopt", "generate", "_with_prediction", "_policy_for", "reset", "tokenize_prompt")

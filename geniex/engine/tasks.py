@@ -34,6 +34,9 @@ class Streaming:
     """What a decoding task reports besides its text (llama.cpp's request fields)."""
 
     speculative: bool = True             # draft with the session's drafters (if any)
+    # The request's own speculative setup (a SpecOptions, answered on the drafters as
+    # loaded: geniex.speculative.per_answer); None: the setup the model was loaded with.
+    spec: object = None
     progress: bool = False               # Progress events while the prompt is decoded
     timings_per_token: bool = False      # running timings on every Piece
     stream: bool = False                 # the answer is streamed (deepseek-legacy reasoning differs)
@@ -353,6 +356,7 @@ def _answer(session, task, tokens, cancel):
         reports.append(Progress(total, cache, done, ms, timings))
 
     generation = session.generate(tokens, options, cancel=cancel, speculative=streaming.speculative,
+                                  spec=streaming.spec,
                                   progress=report if streaming.progress else None)
     produced = 0
     for step in generation:

@@ -67,7 +67,7 @@ class Answerer:
             self._take(place, caller).release()
             return None
         conv = conversation.read(body, place.target, bool(place.spec.types), self.defaults)
-        task = conv.chat_task(gen_options(body, self.defaults, place.nctx, CHAT_MAX_TOKENS), streaming(body, True))
+        task = conv.chat_task(gen_options(body, self.defaults, place.nctx, CHAT_MAX_TOKENS), streaming(body, place.spec))
         return self._answer(place, task, body, caller, conv.warnings, "messages")
 
     def complete(self, body, caller, default_max=COMPLETION_MAX_TOKENS):
@@ -76,7 +76,7 @@ class Answerer:
         place = self.placer.place(body, drafting=bool(body.get("spec_type")))
         task = tasks.CompletionTask(one_prompt(body.get("prompt"), "prompt"),
                                     gen_options(body, self.defaults, place.nctx, default_max),
-                                    streaming=streaming(body, place.spec is not None))
+                                    streaming=streaming(body, place.spec))
         return self._answer(place, task, body, caller, [], "prompt")
 
     def infill(self, body, caller):
@@ -87,7 +87,7 @@ class Answerer:
                                 prompt=prompt if isinstance(prompt, str) else "",
                                 extra=list(body.get("input_extra") or []),
                                 options=gen_options(body, self.defaults, place.nctx, CHAT_MAX_TOKENS),
-                                streaming=streaming(body, place.spec is not None))
+                                streaming=streaming(body, place.spec))
         return self._answer(place, task, body, caller, [], "input_prefix")
 
     # -- routes answered at once -------------------------------------------------------

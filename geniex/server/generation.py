@@ -52,9 +52,10 @@ def prediction(body):
     return content or None
 
 
-def streaming(body, speculative):
-    """What a decoding task reports besides its text, from llama.cpp's stream fields."""
+def streaming(body, spec):
+    """What a decoding task reports besides its text, from llama.cpp's stream fields;
+    ``spec``: the request's speculative setup (None: it does not draft)."""
     stream = bool(body.get("stream"))
-    return tasks.Streaming(speculative=speculative, stream=stream,
+    return tasks.Streaming(speculative=spec is not None, spec=spec, stream=stream,
                            progress=stream and body.get("return_progress") is True,
                            timings_per_token=body.get("timings_per_token") is True)

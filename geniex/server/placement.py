@@ -4,8 +4,10 @@ follow from them, checked before any model is touched.
 
 With ``geniex serve --fixed-load`` the load settings are the server's (as
 llama-server's are fixed at start): a request that asks for other ones (``nctx``,
-``ngl``, ``compute``, cache types, or ``spec_*`` fields that need another drafter) is a
-400 naming the field, so no client can make the server reload its model for everyone.
+``ngl``, ``compute``, cache types, or a ``spec_type``/``spec_draft_model`` that needs
+another draft model) is a 400 naming the field, so no client can make the server reload
+its model for everyone. Without it, the other ``spec_*`` fields never reload a model
+either: they are settings of one answer (geniex.speculative.per_answer).
 """
 import copy
 import logging
@@ -19,6 +21,7 @@ from geniex.llama.devices import chosen_names
 from geniex.server.cache import CacheKey
 from geniex.server.validation import ApiError
 from geniex.speculative import options as spec_options
+from geniex.speculative import per_answer
 
 log = logging.getLogger("geniex.server")
 
@@ -93,8 +96,8 @@ class Placer:
         nctx = self._sized(body, target)
         spec = self.spec(body) if drafting else None
         # A fixed server loads its own drafters whoever asks first, so that a request
-        # that does not draft cannot make the next one reload.
-        load_spec = self.spec({}) if spec is None and self.defaults.fixed_load else spec
+        # that does not draft (or drafts by n-grams) cannot make the next one reload.
+        load_spec = self.spec({}) if self.defaults.fixed_load else spec
         options = load_options(vars(self.defaults), {f: body.get(f) for f in REQUEST_LOAD_FIELDS}, {"nctx": nctx},
                                spec=load_spec, data_dir=self.store.root, memory_budget=self.memory_budget,
                                cache_ram=self.defaults.cache_ram, parallel=self.defaults.parallel)
@@ -104,10 +107,13 @@ class Placer:
             devices = chosen_names(options.compute)
         except GenieXError as e:
             raise ApiError(400, str(e), param="compute", code="invalid_value") from None
-        # ``spec=None`` in the key: a request that does not draft may use whatever
-        # drafter the resident model has, rather than reloading the model without one.
+        # The key holds only what a load makes (a draft model: per_answer.load_key); the
+        # other spec_* fields are the answer's own, on the drafters as loaded. ``None``:
+        # a request that does not draft, or drafts without a draft model, may use
+        # whatever drafters the resident model has rather than reloading it.
+        needs = None if spec is None else per_answer.load_key(spec)
         key = CacheKey(target.name, options.nctx, options.ngl, devices,
-                       (options.cache_type_k, options.cache_type_v), None if spec is None else spec.key(),
+                       (options.cache_type_k, options.cache_type_v), needs or None,
                        any_load=lenient and not any(body.get(f) is not None for f in REQUEST_LOAD_FIELDS))
         return Placement(target, warnings, nctx, spec, options, key)
 
@@ -198,18 +204,20 @@ class Placer:
                                "leave it out", param=name, code="load_settings_fixed")
 
     def _check_fixed_spec(self, spec):
+        """With ``fixed_load``: a 400 for a setup that needs another draft model than the
+        server's (the other spec_* fields are an answer's own: per_answer)."""
         ours = copy.copy(self.defaults.spec)
         if ours.types and ours.draft_model:
             ours.draft_path = self._draft(ours.draft_model).path
-        if spec.key() == ours.key():
+        needs = per_answer.load_key(spec)
+        if not needs or needs == per_answer.load_key(ours):
             return
-        theirs, mine = dict(spec.key()), dict(ours.key())
-        differing = next((f for f in spec_options.FIELDS if theirs.get(f.attr) != mine.get(f.attr)),
-                         spec_options.FIELDS[0])
+        same_method = ours.model_types[:1] == spec.model_types[:1]
+        differing = spec_options.FIELDS[1] if same_method else spec_options.FIELDS[0]
         shown = ",".join(ours.types) or "none"
         raise ApiError(400, f"{differing.request}: {FIXED}: its speculative setup is spec_type {shown}"
-                       f"{' with ' + ours.draft_model if ours.draft_model else ''}; leave the spec_* fields "
-                       "out, or send the server's", param=differing.request, code="load_settings_fixed")
+                       f"{' with ' + ours.draft_model if ours.draft_model else ''}; leave spec_type and "
+                       "spec_draft_model out, or send the server's (the other spec_* fields are any answer's)", param=differing.request, code="load_settings_fixed")
 
     def _sized(self, body, target):
         """The context size, checked against the model's trained context and the memory

@@ -166,20 +166,21 @@ def reloads(server):
 
 
 @pytest.mark.parametrize("field, value", [("nctx", 2048), ("cache_type_k", "f16"), ("ngl", 0),
-                                          ("spec_type", "ngram-mod"), ("spec_type", "ngram-mdo")])
+                                          ("spec_type", "draft-simple")])
 def test_a_fixed_server_refuses_other_load_settings_naming_the_field(fixed, field, value):
     r = fixed.chat(chat_body(max_tokens=2, **{field: value}))
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == field and error["code"] in ("load_settings_fixed", "invalid_value"), error
-    if field != "spec_type" or value == "ngram-mod":
-        assert "--fixed-load" in error["message"]
+    assert "--fixed-load" in error["message"]
 
 
 def test_a_fixed_server_answers_its_own_settings_and_never_reloads(fixed):
     assert fixed.chat(chat_body(max_tokens=2)).status_code == 200
     before = fixed.health()["loads"]
-    for extra in ({"nctx": 1024}, {"cache_type_k": "q8_0", "cache_type_v": "q8_0"}, {"ngl": -1}, {}):
+    # n-gram drafting and draft settings need no draft model: an answer's own, no reload.
+    for extra in ({"nctx": 1024}, {"cache_type_k": "q8_0", "cache_type_v": "q8_0"}, {"ngl": -1}, {},
+                  {"spec_type": "ngram-mod", "spec_ngram_max": 4}, {"spec_type": "ngram-simple"}):
         assert fixed.chat(chat_body(max_tokens=2, **extra)).status_code == 200, extra
     assert requests.post(fixed.url + "/v1/completions", json={"model": DEMO, "prompt": "Hi", "max_tokens": 2},
                          timeout=ANSWER_TIMEOUT).status_code == 200

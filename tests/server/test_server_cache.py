@@ -61,27 +61,32 @@ def test_cache_key_is_model_load_and_spec_fields(server):
     assert before                                        # an answer to compare after the reloads
     # Each of these is a different key: one reload each, in place, in the same worker
     # process (docs/isolation.md), with the old model freed first.
-    for change in ({"nctx": 1024}, {"ngl": 0}, {"cache_type_k": "f16"}, {"spec_type": "ngram-mod"},
-                   {"spec_type": "ngram-mod", "spec_ngram_max": 5},
-                   {"spec_type": "ngram-mod", "spec_ngram_max": 5, "spec_draft_policy": "fixed"}):
+    drafted = {"spec_type": "draft-simple", "spec_draft_model": TINY}
+    for change in ({"nctx": 1024}, {"ngl": 0}, {"cache_type_k": "f16"},
+                   {"spec_type": "draft-simple", "spec_draft_model": DEMO}, drafted):
         server.chat({**warm, **change})
         loads += 1
         assert server.health()["loads"] == loads, change
         assert server.health()["worker_pid"] == pid, change
         server.chat({**warm, **change})                 # and it stays resident
         assert server.health()["loads"] == loads, change
-    assert server.stderr.count(f"loaded in worker process {pid} (reloaded in place)") == 6
-    # Settings the chosen method does not read are not part of the key (issue 9).
-    server.chat({**warm, "spec_type": "ngram-mod", "spec_ngram_max": 5, "spec_draft_policy": "fixed",
-                 "spec_n_max": 9, "spec_n_min": 1, "spec_p_min": 0.5})
-    assert server.health()["loads"] == loads
+    assert server.stderr.count(f"loaded in worker process {pid} (reloaded in place)") == 5
+    # Only a draft model is part of the key: the other spec_* fields (n-gram methods,
+    # lengths, policy, no drafting) are one answer's own (geniex.speculative.per_answer).
+    for own in ({"spec_type": "ngram-mod"}, {"spec_type": "ngram-mod", "spec_ngram_max": 5},
+                {"spec_type": "ngram-mod", "spec_ngram_max": 5, "spec_draft_policy": "fixed"},
+                {**drafted, "spec_n_max": 9, "spec_n_min": 1, "spec_p_min": 0.5},
+                {"spec_type": ""}):
+        server.chat({**warm, **own})
+        assert server.health()["loads"] == loads, own
     # Completions never draft: they reuse the resident model whatever its spec setup.
     assert server.health()["speculative"]
     server.post("/v1/completions", {"model": TINY, "prompt": "Hi", "max_tokens": 1})
     assert server.health()["loads"] == loads
-    # A model reloaded in place (the worker's seventh) answers as in a new process.
+    # A model reloaded in place (the worker's sixth), answering a plain chat on its
+    # draft model's load without drafting, answers as in a new process.
     assert server.chat(greedy).json()["choices"][0]["message"]["content"] == before
-    assert server.health()["loads"] == loads + 1 and server.health()["worker_pid"] == pid
+    assert server.health()["loads"] == loads and server.health()["worker_pid"] == pid
 
 
 def test_a_model_loaded_for_a_completion_serves_a_plain_chat(server):
@@ -94,8 +99,10 @@ def test_a_model_loaded_for_a_completion_serves_a_plain_chat(server):
     assert server.health()["loads"] == loads + 1 and not server.health()["speculative"]
     assert server.chat(chat_body(max_tokens=1, nctx=1536)).status_code == 200
     assert server.health()["loads"] == loads + 1
-    # A speculative chat still needs its drafter: that one loads.
+    # n-gram drafting is an answer's own; a draft model is loaded with the model.
     server.chat({"model": DEMO, "messages": [], "nctx": 1536, "spec_type": "ngram-mod"})
+    assert server.health()["loads"] == loads + 1
+    server.chat({"model": DEMO, "messages": [], "nctx": 1536, "spec_type": "draft-simple", "spec_draft_model": DEMO})
     assert server.health()["loads"] == loads + 2
 
 

@@ -95,7 +95,34 @@ def test_speculation_on_the_demo_model(server, plain, spec):
     drafted, accepted = acceptance(r.json()["usage"])
     assert drafted > 0 and accepted > 0
     assert r.json()["usage"]["timings"]["steps"] < plain["usage"]["timings"]["steps"]
-    assert server.health()["speculative"]
+    # Only a draft model is loaded with the model; n-gram drafting is the answer's own.
+    assert server.health()["speculative"] == ("draft-simple" in spec["spec_type"])
+
+
+def test_spec_fields_that_need_no_draft_model_are_the_answers_own_and_never_reload(server, plain):
+    """With draft-simple loaded, n-gram methods, other draft lengths and policies, and no
+    speculation at all are settings of one answer: the model stays loaded, and each
+    answer is the plain one, drafted as its own fields say."""
+    loaded = {"spec_type": "draft-simple", "spec_draft_model": DEMO, "spec_draft_policy": "fixed"}
+    server.chat({**REPEAT, **loaded, "max_tokens": 1})
+    loads, want = server.health()["loads"], plain["choices"][0]["message"]["content"]
+    usage = {}
+    for name, spec in {"ngram": {"spec_type": "ngram-simple", "spec_draft_policy": "fixed"},
+                       "none": {"spec_type": ""},
+                       "short": {**loaded, "spec_n_max": 1},
+                       "long": {**loaded, "spec_n_max": 6},
+                       "auto": {**loaded, "spec_n_max": 6, "spec_draft_policy": "auto"},
+                       "again": loaded}.items():
+        r = server.chat({**REPEAT, **spec})
+        assert answer(r) == want, name
+        usage[name] = r.json()["usage"]["timings"]
+    assert server.health()["loads"] == loads and server.health()["speculative"]
+    assert usage["ngram"]["draft_n"] > 0 and usage["none"]["draft_n"] == 0
+    # At most one draft token per step, up to six, then the loaded three again: each
+    # answer drafts by its own spec_n_max.
+    assert usage["short"]["draft_n"] <= usage["short"]["steps"] and usage["short"]["steps"] > usage["again"]["steps"]
+    assert usage["long"]["draft_n"] > 3 * usage["long"]["steps"] and usage["long"]["steps"] < usage["again"]["steps"]
+    assert 0 < usage["again"]["draft_n"] <= 3 * usage["again"]["steps"]
 
 
 def test_draft_simple_with_itself_accepts_nearly_everything(server):
@@ -113,7 +140,7 @@ def test_setup_failure_falls_back_to_plain_decoding(server, plain):
         r = server.chat({**REPEAT, **spec})
         assert answer(r) == plain["choices"][0]["message"]["content"]
         assert acceptance(r.json()["usage"]) == (0, 0)
-        assert not server.health()["speculative"]
+    assert not server.health()["speculative"]       # (the MTP setup was a load; bogus was not)
     assert "speculative decoding setup failed; falling back to plain decoding" in server.stderr
 
 

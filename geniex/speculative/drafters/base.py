@@ -48,6 +48,8 @@ class Drafter:
     # Whether ``begin`` reads the target's hidden states of the prompt's rows (MTP,
     # NextN): a prompt read in another context (geniex.engine.prompt_reader) has none.
     reads_target_rows = False
+    # Its settings as built, while an answer runs with a request's own (geniex.speculative.per_answer).
+    as_loaded = None
 
     def limit(self, room):
         """How many tokens this step may draft: the loop's room within our maximum."""
@@ -134,6 +136,8 @@ class ModelDrafter(Drafter):
     assistant, bundled NextN): score the current draft row, stop below ``p_min``, decode
     the proposal as the next row, until ``limit(room)`` tokens; drafts shorter than
     ``n_min`` are dropped. Subclasses say how to start, score and advance."""
+
+    most = None      # the longest draft its context was made for (None: any)
 
     def __init__(self, n_max, n_min, p_min):
         self.n_max, self.n_min, self.p_min = n_max, n_min, p_min

@@ -23,7 +23,7 @@ class DraftSimple(ModelDrafter):
         # The draft reads the prompt in 512-row calls from an F16 cache, the fastest way
         # (ggml-cpu's tiled attention kernel, geniex.engine.prompt_reader): its cells only
         # shape its guesses, never the answer, so they need not be the target's bits.
-        rows = max(512, n_max)
+        rows = self.most = max(512, n_max)
         self.ctx = target.new_context(model, n_batch=rows, n_ubatch=rows, type_k="f16", type_v="f16")
         self.batch = Batch(rows)
         self.kv = []

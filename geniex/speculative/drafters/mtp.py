@@ -52,7 +52,7 @@ class MtpAssistant(HiddenStateDrafter):
             raise SpecSetupError("the MTP draft context must be created before the target decodes anything")
         self.model = model
         self.target = target.ctx
-        rows = max(64, n_max)
+        rows = self.most = max(64, n_max)     # (a request's own spec_n_max may not pass it)
         # n_seq_max, kv_unified, flash attention, swa_full and the KV types must match the
         # target's: new_context copies threads and cache types, n_seq_max is copied here.
         self.ctx = target.new_context(model, n_batch=rows, n_ubatch=rows,

@@ -41,7 +41,7 @@ class NextnDrafter(HiddenStateDrafter):
                                  f"from the model width {model.n_embd}")
         self.target = target.ctx
         tp = target.ctx.params
-        self.cap_batch = 512
+        self.cap_batch = self.most = 512
         self.ctx = target.new_context(model, n_batch=self.cap_batch, n_ubatch=tp.n_ubatch,
                                       ctx_type=api.LLAMA_CONTEXT_TYPE_MTP, n_seq_max=tp.n_seq_max)
         self.target.stage_nextn(True, False)       # a row per batch token
