@@ -168,66 +168,90 @@ def _long_prompt(model, n):
     return tokens
 
 
-def test_a_prompt_decoded_in_chunks_holds_the_bits_of_one_call(demo):
-    """A prompt is decoded in calls of PROMPT_CHUNK rows (a cancelled prompt stops within
-    one): the cache then holds the bits one call of the whole prompt writes, so the
-    next row's logits are equal."""
-    prompt = _long_prompt(demo, PROMPT_CHUNK + 40)
-    out, chunks = [], []
-    for whole in (True, False):
-        ctx = Context(demo, n_ctx=1024, n_batch=1024, n_ubatch=512, n_threads=2, n_threads_batch=2,
-                      type_k="q8_0", type_v="q8_0")
-        batch = Batch(1024)
-        if whole:
-            ctx.decode(batch.fill(prompt, 0))
-        else:
-            kv.prefill(ctx, batch, prompt, 0, len(prompt), progress=chunks.append)
-        ctx.decode(batch.fill(prompt[:1], len(prompt)))
-        out.append(np.array(ctx.logits(0)))
-        ctx.close()
-    assert chunks == [PROMPT_CHUNK, len(prompt)]
-    assert np.array_equal(*out)
+# The batch after a prompt: past the 64 rows from which an F16 cache's rows take a tiled
+# kernel (at 63 rows they all equal their one-row decodes, at 65 none does).
+ROWS = 70
 
 
-def _cut_and_rows(model, kv_type, cut, rows=100, n=600):
-    """Decode an ``n``-token prompt in calls of ``cut`` rows (512-row micro-batches), then
-    ``rows`` tokens: one at a time, and as one batch. Returns the logits of the token
-    after the prompt and how many batch rows equal their one-row decode."""
-    tokens = _long_prompt(model, n + rows)
-    ctx = Context(model, n_ctx=1024, n_batch=512, n_ubatch=512, n_threads=2, n_threads_batch=2,
-                  type_k=kv_type, type_v=kv_type)
-    batch = Batch(512)
-    for start in range(0, n, cut):
-        ctx.decode(batch.fill(tokens[start:min(start + cut, n)], start))
+def _context(model, kv_type):
+    """A context of ``model`` on two threads, 512-row micro-batches, ``kv_type`` K and V."""
+    return Context(model, n_ctx=1024, n_batch=1024, n_ubatch=512, n_threads=2, n_threads_batch=2,
+                   type_k=kv_type, type_v=kv_type)
+
+
+def _rows_after(ctx, batch, tokens, n, rows):
+    """``tokens[n:n + rows]`` after the ``n`` in the cache: (the logits of each decoded
+    alone, one at a time; of each row of them decoded as one batch)."""
     one = []
     for i in range(rows):
         ctx.decode(batch.fill(tokens[n + i:n + i + 1], n + i))
         one.append(np.array(ctx.logits(0)))
     ctx.trim(n)
     ctx.decode(batch.fill(tokens[n:n + rows], n, all_logits=True))
-    equal = sum(np.array_equal(np.array(ctx.logits(i)), one[i]) for i in range(rows))
+    return one, [np.array(ctx.logits(i)) for i in range(rows)]
+
+
+@pytest.fixture(scope="module")
+def chunked(demo):
+    """A prompt of PROMPT_CHUNK + 40 tokens read by ``kv.prefill`` into a q8_0 cache (calls
+    of PROMPT_CHUNK rows: 512-row micro-batches, llama.cpp's pace), then :data:`ROWS`
+    tokens after it, one at a time and as one batch, in a 768-cell KV window (where an
+    F16 cache's one-row decodes split attention per thread). Returns ``(tokens, n, the
+    positions after each call, the one-row logits, the batch rows' logits)``. One
+    prefill for the two tests below, each of which decodes the prompt another way and
+    compares the next row (each prefilled the prompt itself, and a 600-token one)."""
+    n = PROMPT_CHUNK + 40
+    tokens = _long_prompt(demo, n + ROWS)
+    ctx, batch, chunks = _context(demo, "q8_0"), Batch(1024), []
+    kv.prefill(ctx, batch, tokens, 0, n, progress=chunks.append)
+    one, batched = _rows_after(ctx, batch, tokens, n, ROWS)
     ctx.close()
-    return one[0], equal
+    return tokens, n, chunks, one, batched
 
 
-def test_a_q8_0_cache_holds_the_same_bits_however_a_prompt_is_cut_and_a_row_is_batched(demo):
+def _next_row_after(model, tokens, n, cut):
+    """The logits of ``tokens[n]`` after ``tokens[:n]`` decoded in calls of ``cut`` rows
+    into a q8_0 cache."""
+    ctx, batch = _context(model, "q8_0"), Batch(1024)
+    for start in range(0, n, cut):
+        ctx.decode(batch.fill(tokens[start:min(start + cut, n)], start))
+    ctx.decode(batch.fill(tokens[n:n + 1], n))
+    out = np.array(ctx.logits(0))
+    ctx.close()
+    return out
+
+
+def test_a_prompt_decoded_in_chunks_holds_the_bits_of_one_call(demo, chunked):
+    """A prompt is decoded in calls of PROMPT_CHUNK rows (a cancelled prompt stops within
+    one): the cache then holds the bits one call of the whole prompt writes, so the
+    next row's logits are equal."""
+    tokens, n, chunks, one, _ = chunked
+    assert chunks == [PROMPT_CHUNK, n]
+    assert np.array_equal(_next_row_after(demo, tokens, n, n), one[0])
+
+
+def test_a_q8_0_cache_holds_the_same_bits_however_a_prompt_is_cut_and_a_row_is_batched(demo, chunked):
     """What lets a prompt decode in 512-row micro-batches (llama.cpp's pace) with answers
     that do not depend on what the cache held before: with a quantized cache, a prompt
-    cut in 37- or 512-row calls leaves the same bits, and every row of a 100-row
-    batch (past the 64 rows where an F16 cache changes kernels) equals its one-row decode."""
+    cut in 37- or 512-row calls leaves the same bits, and every row of a 70-row batch
+    (past the 64 rows where an F16 cache changes kernels) equals its one-row decode."""
     q8 = cache_types.TYPES["q8_0"]
     assert cache_types.shape_free(q8, q8)
-    first, equal = _cut_and_rows(demo, "q8_0", 512)
-    assert equal == 100
-    for cut in (37,):
-        other, _ = _cut_and_rows(demo, "q8_0", cut, rows=1)
-        assert np.array_equal(first, other), cut
+    tokens, n, _, one, batched = chunked
+    assert [np.array_equal(a, b) for a, b in zip(one, batched, strict=True)] == [True] * ROWS
+    assert np.array_equal(_next_row_after(demo, tokens, n, 37), one[0])
 
 
 def test_an_f16_cache_changes_kernels_by_batch_shape(demo):
     # Why an F16 cache keeps 32-row micro-batches: from 64 rows its rows take a tiled
-    # kernel that a one-row decode never matches.
+    # kernel that a one-row decode never matches. After a 128-token prompt the rows stay
+    # in a 256-cell KV window, below the 512 cells from which one-row decodes split
+    # attention per thread: only the batch's shape differs.
     f16 = cache_types.TYPES["f16"]
     assert not cache_types.shape_free(f16, f16)
-    _, equal = _cut_and_rows(demo, "f16", 512, rows=70)
-    assert equal < 70
+    tokens = _long_prompt(demo, 128 + ROWS)
+    ctx, batch = _context(demo, "f16"), Batch(1024)
+    ctx.decode(batch.fill(tokens[:128], 0))
+    one, batched = _rows_after(ctx, batch, tokens, 128, ROWS)
+    ctx.close()
+    assert sum(np.array_equal(a, b) for a, b in zip(one, batched)) < ROWS
