@@ -34,9 +34,9 @@ def post(server, path, body, headers=A):
     return r.json()
 
 
-def three_apis(server, max_tokens, prefill=None):
+def three_apis(server, max_tokens, prefill=None, question=QUESTION):
     """The same conversation asked on the three APIs: (chat, responses, messages) answers."""
-    turns = [{"role": "user", "content": QUESTION}] + ([{"role": "assistant", "content": prefill}] if prefill else [])
+    turns = [{"role": "user", "content": question}] + ([{"role": "assistant", "content": prefill}] if prefill else [])
     chat = post(server, "/v1/chat/completions", {"model": DEMO, "messages": [{"role": "system", "content": SYSTEM}]
                                                  + turns, "max_completion_tokens": max_tokens})
     resp = post(server, "/v1/responses", {"model": DEMO, "instructions": SYSTEM, "input": turns,
@@ -66,7 +66,9 @@ def test_one_conversation_gives_the_same_prompt_answer_stop_and_usage_on_all_thr
 
 
 def test_an_answer_that_ends_gives_each_apis_end_of_turn(server):
-    chat, resp, msg, _ = three_apis(server, 400)
+    # A question the demo model answers in one short sentence ("The capital of France is
+    # Paris.", 7 tokens): the rainbow's answer ran 111 tokens before its end, three times.
+    chat, resp, msg, _ = three_apis(server, 400, question="What is the capital of France?")
     assert chat["usage"]["completion_tokens"] < 400            # the model ended its answer itself
     assert chat["choices"][0]["finish_reason"] == "stop"
     assert resp["status"] == "completed" and resp["incomplete_details"] is None
