@@ -8,7 +8,10 @@ from geniex.server.placement import Defaults
 from serverproc import ANSWER_TIMEOUT, DEMO, AppServer
 
 KEYS = ("key-a", "key-b")
-FILES = {"a": "def add(a, b):\n    return a + b\n" * 20, "b": "SELECT name FROM users WHERE id = 1;\n" * 22}
+# Two agents' files, 130 and 121 tokens: every restore, refusal and cold prefill below is
+# as telling at that length (a saved conversation needs 32 tokens, prompt_cache.MIN_TOKENS),
+# and each prompt is decoded two to four times.
+FILES = {"a": "def add(a, b):\n    return a + b\n" * 10, "b": "SELECT name FROM users WHERE id = 1;\n" * 11}
 
 
 @pytest.fixture(scope="module")
