@@ -10,20 +10,23 @@ import requests
 from fakehub import FakeHub
 from geniex.store import Store
 from geniex.store.hub import Hub
-from serverproc import DEMO, AppServer, chat_body, check_shape, ok
+from serverproc import DEMO, AppServer, calibrate_as, chat_body, check_shape, ok, seed_calibration
 
 VLM = "test/vision-demo:Q4_1"
 QAIRT = "qualcomm/Bundle:DEFAULT"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, demo_model):
+def server(tmp_path_factory, demo_model, calibration_cache):
     data = tmp_path_factory.mktemp("serve-data")
     with FakeHub() as hub:
         hub.add_repo("qualcomm/Bundle", {"genie_config.json": b"{}", "model.bin": b"\0" * 5000})
         store = Store(data, hub=Hub(endpoint=hub.url, token=""))
         store.pull("qualcomm/Bundle", out=io.StringIO())
-        store.pull(VLM, local_path=demo_model, model_type="vlm", out=io.StringIO(), interactive=False)
+        vlm = store.pull(VLM, local_path=demo_model, model_type="vlm", out=io.StringIO(), interactive=False)
+    # VLM is the demo model under another path: its load reads the demo's curves, not measures them.
+    seed_calibration(data)
+    calibrate_as(data / "calibration.json", vlm.path, demo_model)
     # Paths and any origin are opt-in (tests/server/test_hardening_server.py checks the defaults).
     with AppServer(data, nctx=1024, allow_paths=True, origins="*") as s:
         yield s
@@ -159,8 +162,8 @@ def test_image_parts_are_dropped_with_a_warning(server):
     # tests/server/conftest.py runs the tests that need another model or setting last).
     r = server.chat({"model": DEMO, "messages": messages, "max_tokens": 3}).json()
     assert "text-only model: dropped 1" in r["warnings"][0]
-    # A fixed draft policy: VLM is a hard link of the demo model (another path), which the
-    # auto policy would calibrate first (seconds) for a check of the warning alone.
+    # A fixed draft policy: a check of the warning alone (VLM is a hard link of the demo
+    # model, another path: the server fixture gave it the demo's curves).
     r = server.chat({"model": VLM, "messages": messages, "max_tokens": 3, "spec_type": "ngram-mod",
                      "spec_draft_policy": "fixed"}).json()
     assert r["warnings"] == ["speculative decoding is text-only: dropped 1 image/audio content part(s)"]
