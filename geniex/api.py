@@ -18,14 +18,16 @@ from geniex.engine.session import load_options, open_session
 from geniex.speculative import options as spec_options
 
 
-def load(model="demo", *, nctx=4096, ngl=-1, compute=None, threads=0, prompt_kv="f16", data_dir=None, **spec):
+def load(model="demo", *, nctx=4096, ngl=-1, compute=None, threads=0, prompt_kv="f16", chat_template=None,
+         data_dir=None, **spec):
     """Open a Session on a store name or GGUF path, with optional speculative decoding.
 
     ``spec`` takes the speculative settings by their flag names (``spec_type``,
     ``draft_model``, ``draft_tokens``, ``draft_min``, ``draft_p_min``, ``ngram_n``,
     ``ngram_min``, ``ngram_max``: see :data:`geniex.speculative.options.FIELDS`).
     ``prompt_kv`` is ``--prompt-kv`` (``"f16"``: prompts are read in an F16 cache of
-    their own; ``"none"``: on the answer's cache). Names resolve through the same store
+    their own; ``"none"``: on the answer's cache). ``chat_template`` is ``--chat-template``
+    (a built-in format's name, a Jinja file's path, or Jinja text). Names resolve through the same store
     as the CLI (nothing is downloaded here: pull with ``geniex pull`` first). The context size is checked as ``geniex infer`` checks
     it (:func:`~geniex.engine.session.open_session`).
     """
@@ -34,7 +36,9 @@ def load(model="demo", *, nctx=4096, ngl=-1, compute=None, threads=0, prompt_kv=
     resolved = store.resolve(model)
     draft = spec.get("draft_model")
     draft_path = store.resolve(draft).path if draft else None
-    options = load_options(dict(nctx=nctx, ngl=ngl, compute=compute, threads=threads, prompt_kv=prompt_kv),
+    from geniex.engine.chat import template_choice
+    options = load_options(dict(nctx=nctx, ngl=ngl, compute=compute, threads=threads, prompt_kv=prompt_kv,
+                                chat_template=template_choice(chat_template, "chat_template")),
                            data_dir=data_dir,
                            spec=spec_options.from_kwargs(spec, draft_path))
     return open_session(resolved, options)

@@ -84,6 +84,10 @@ def add_model_flags(p):
                    help="read the prompt in an F16 KV cache of its own, whose cells then move to the quantized "
                         "cache the answer decodes on: 1.7x faster prompts on CPU for F16 KV memory on top, the "
                         "answer unchanged (default f16; none: decode the prompt on the answer's cache)")
+    g.add_argument("--chat-template", metavar="NAME|FILE", default=None,
+                   help="chat template in place of the model's own: one of llama.cpp's built-in formats "
+                        "(chatml, llama3, gemma, mistral-v7, ...) or a Jinja template file (default: the "
+                        "model's; a model without one gets its architecture's built-in format, else chatml)")
     s = p.add_argument_group("answer")
     s.add_argument("--max-tokens", type=_positive("--max-tokens"), default=2048, help="answer length limit (default 2048)")
     s.add_argument("--stop", action="append", default=[], help="stop string (repeatable); not printed")
@@ -126,7 +130,9 @@ def sampling_params(args):
 def load_options(args, draft_path=None):
     """LoadOptions (with the speculative settings) from parsed flags."""
     from geniex.engine import session
-    return session.load_options(vars(args), data_dir=getattr(args, "data_dir", None),
+    from geniex.engine.chat import template_choice
+    values = {**vars(args), "chat_template": template_choice(getattr(args, "chat_template", None))}
+    return session.load_options(values, data_dir=getattr(args, "data_dir", None),
                                 spec=spec_options_table.from_args(args, draft_path))
 
 

@@ -134,6 +134,9 @@ def run(args):
     if args.prompt_kv != "f16":
         print("note: --prompt-kv applies to `geniex infer`; the server reads prompts as `geniex serve "
               "--prompt-kv` says", file=sys.stderr)
+    if args.chat_template:
+        print("note: --chat-template applies to `geniex infer`; the server renders with `geniex serve "
+              "--chat-template`'s template", file=sys.stderr)
     prompts = console.prompts(args)
     client = Client(args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST,
                     args.api_key or os.environ.get("GENIEX_API_KEY"))

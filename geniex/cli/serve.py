@@ -48,6 +48,12 @@ def register(sub):
                    help="read prompts in an F16 KV cache of their own, whose cells then move to the quantized "
                         "cache answers decode on: 1.7x faster prompts on CPU for F16 KV memory on top, answers "
                         "unchanged (default f16; none: prompts decode on the answer's cache; docs/speculative.md)")
+    p.add_argument("--chat-template", metavar="NAME|FILE", default=None,
+                   help="chat template in place of the models' own: one of llama.cpp's built-in formats (chatml, "
+                        "llama3, gemma, mistral-v7, ...) or a Jinja template file (default: each model's; a model "
+                        "without one gets its architecture's built-in format, else chatml)")
+    p.add_argument("--chat-template-file", metavar="FILE", default=None,
+                   help="a Jinja chat template file (llama-server's spelling of --chat-template FILE)")
     p.add_argument("--cache-ram", type=int, default=8192, metavar="MiB",
                    help="host memory for conversations that left the context, so a client that comes back "
                         "(an agent after another spoke) pays only for its new tokens; least recently used "
@@ -108,6 +114,18 @@ def ggml_name(value):
     return value.lower()
 
 
+def _chat_template(args):
+    """``--chat-template`` or ``--chat-template-file``, checked before the server listens."""
+    from geniex.engine.chat import template_choice
+    if args.chat_template and args.chat_template_file:
+        raise UsageError("--chat-template and --chat-template-file both name a template; give one")
+    if args.chat_template_file:
+        if not os.path.isfile(args.chat_template_file):
+            raise UsageError(f"--chat-template-file {args.chat_template_file}: no such file")
+        return template_choice(args.chat_template_file, "--chat-template-file")
+    return template_choice(args.chat_template)
+
+
 def _keepalive(value):
     raw = value if value is not None else os.environ.get("GENIEX_KEEPALIVE", "300")
     try:
@@ -146,6 +164,7 @@ def run(args):
                           defaults=Defaults(nctx=args.nctx, ngl=args.ngl, compute=args.compute,
                                             cache_type_k=ggml_name(args.cache_type_k),
                                             cache_type_v=ggml_name(args.cache_type_v), prompt_kv=args.prompt_kv,
+                                            chat_template=_chat_template(args),
                                             n_predict=args.n_predict,
                                             reasoning_format=args.reasoning_format,
                                             reasoning_budget=_reasoning_budget(args.reasoning_budget),

@@ -11,15 +11,58 @@ Which one a model gets is logged once per loaded model (``--verbose`` shows it).
 import dataclasses
 import logging
 import weakref
+from pathlib import Path
 
 from geniex.engine import think_budget
-from geniex.engine.template import JinjaTemplate, TemplateFailed
-from geniex.errors import GenieXError
-from geniex.llama.chat_template import apply_builtin
+from geniex.engine.template import MAX_SOURCE, JinjaTemplate, TemplateFailed
+from geniex.errors import GenieXError, UsageError
+from geniex.llama.chat_template import apply_builtin, builtin_names
 
 log = logging.getLogger("geniex.engine")
 
 _PROBE = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+
+# A model without a chat template gets llama.cpp's built-in format of its architecture's
+# family where the family has one format (llama.cpp's server uses chatml for all of
+# them). Architectures whose models use several formats (llama: Llama 2 and 3, Mistral)
+# are not guessed.
+ARCH_TEMPLATES = {
+    "gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "gemma3n": "gemma",
+    "phi3": "phi3", "command-r": "command-r", "cohere2": "command-r", "exaone": "exaone3",
+    "exaone4": "exaone4", "granite": "granite", "chatglm": "chatglm4", "deepseek2": "deepseek2",
+    "minicpm": "minicpm", "orion": "orion", "gpt-oss": "gpt-oss", "rwkv6": "rwkv-world",
+    "rwkv7": "rwkv-world", "hunyuan-moe": "hunyuan-moe", "hunyuan-dense": "hunyuan-dense",
+}
+
+
+def template_choice(value, flag="--chat-template"):
+    """What ``--chat-template VALUE`` asks for, checked now: one of llama.cpp's built-in
+    format names (kept as the name), or Jinja source, given as a file's path or as the
+    text itself (returned as the text, so a worker process needs no file). None for
+    none. UsageError naming ``flag`` for anything else."""
+    if value is None or value == "":
+        return None
+    value = str(value)
+    names = builtin_names()
+    if value in names:
+        return value
+    text = value
+    if "{{" not in value and "{%" not in value:
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise UsageError(f"{flag} {value}: neither one of llama.cpp's built-in templates "
+                             f"({', '.join(names)}) nor a Jinja template file")
+        if path.stat().st_size > MAX_SOURCE:
+            raise UsageError(f"{flag} {value}: a template file of over {MAX_SOURCE:,} bytes")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"{flag} {value}: cannot read it as UTF-8 text ({e})") from None
+    try:
+        JinjaTemplate(text)
+    except TemplateFailed as e:
+        raise UsageError(f"{flag} {value}: not a Jinja template geniex can render ({e})") from None
+    return text
 
 
 class ChatTemplate:
@@ -29,23 +72,37 @@ class ChatTemplate:
     format); ``note`` says which and why, in one line.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, choice=None):
+        """``choice``: a :func:`template_choice` (``--chat-template``) in place of the
+        model's own template."""
         vocab = model.vocab
-        self.source = model.chat_template()
+        self.source = choice or model.chat_template()
         self.bos_token = _token_text(vocab, vocab.bos)
         self.eos_token = _token_text(vocab, vocab.eos)
         self.add_bos, self.add_eos = vocab.add_bos, vocab.add_eos
         self._jinja = None
         self.kind = "builtin"
+        if choice and choice in builtin_names():
+            self.note = f"chat template: llama.cpp's built-in {choice} format (--chat-template)"
+            log.info("%s", self.note)
+            return
         if not self.source:
+            family = ARCH_TEMPLATES.get(model.architecture)
+            if family is not None:
+                self.source = family
+                self.note = (f"chat template: the model has none; using llama.cpp's built-in {family} format, "
+                             f"its architecture's ({model.architecture}; --chat-template chooses another)")
+                log.warning("%s", self.note)
+                return
             self.note = ("chat template: the model has none; using llama.cpp's built-in chatml "
-                         "format (as llama.cpp's server does)")
+                         "format (as llama.cpp's server does; --chat-template chooses another)")
             log.info("%s", self.note)
             return
         try:
             self._jinja = JinjaTemplate(self.source, self.bos_token, self.eos_token)
             self.kind = "jinja"
-            self.note = "chat template: the model's own (tokenizer.chat_template), rendered with Jinja2"
+            self.note = ("chat template: --chat-template's, rendered with Jinja2" if choice else
+                         "chat template: the model's own (tokenizer.chat_template), rendered with Jinja2")
             log.info("%s", self.note)
         except TemplateFailed as e:
             if apply_builtin(self.source, _PROBE) is not None:
@@ -95,11 +152,13 @@ class ChatTemplate:
 _templates = weakref.WeakKeyDictionary()
 
 
-def template_for(model):
-    """The :class:`ChatTemplate` of a loaded model, made (and logged) once per model."""
-    template = _templates.get(model)
+def template_for(model, choice=None):
+    """The :class:`ChatTemplate` of a loaded model (with ``choice``, a
+    :func:`template_choice`, in place of its own), made (and logged) once per model."""
+    made = _templates.setdefault(model, {})
+    template = made.get(choice)
     if template is None:
-        template = _templates[model] = ChatTemplate(model)
+        template = made[choice] = ChatTemplate(model, choice)
     return template
 
 
@@ -118,7 +177,7 @@ class Conversation:
 
     def __init__(self, session, system_prompt=None, template_kwargs=None, reasoning_budget=-1, budget_message=""):
         self.session = session
-        self.template = template_for(session.model)
+        self.template = template_for(session.model, session.options.chat_template)
         self.template_kwargs = template_kwargs      # more template variables (enable_thinking, ...)
         # Thought tokens before the reasoning block is closed (-1: no limit; think_budget).
         self.reasoning_budget, self.budget_message = reasoning_budget, budget_message

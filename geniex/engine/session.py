@@ -69,15 +69,18 @@ class LoadOptions:
     # of its own whose cells move to the target's quantized cache (1.7x faster prompts on
     # CPU, F16 KV memory on top), or "none": prompts decode on the target's cache.
     prompt_kv: str = "f16"
+    # The chat template in place of the model's own (--chat-template): a built-in format's
+    # name or Jinja text (geniex.engine.chat.template_choice); None: the model's.
+    chat_template: str | None = None
     spec: SpecOptions = field(default_factory=SpecOptions)
 
 
 # What a caller may set from outside: flags (infer, run), request fields (the server),
 # keywords (geniex.api.load).
-LOAD_FIELDS = ("nctx", "ngl", "compute", "threads", "cache_type_k", "cache_type_v", "prompt_kv")
-# The load settings a server request may set (the server fixes its threads and how it
-# reads prompts at start).
-REQUEST_LOAD_FIELDS = tuple(f for f in LOAD_FIELDS if f not in ("threads", "prompt_kv"))
+LOAD_FIELDS = ("nctx", "ngl", "compute", "threads", "cache_type_k", "cache_type_v", "prompt_kv", "chat_template")
+# The load settings a server request may set (the server fixes its threads, how it
+# reads prompts and its chat template at start).
+REQUEST_LOAD_FIELDS = tuple(f for f in LOAD_FIELDS if f not in ("threads", "prompt_kv", "chat_template"))
 PROMPT_KV = ("f16", "none")      # LoadOptions.prompt_kv
 
 

@@ -280,10 +280,15 @@ def _calls_enforced(task, family):
     return dataclasses.replace(task, options=dataclasses.replace(task.options, grammar=grammar))
 
 
+def _chat_template(session):
+    """The session's chat template (its model's own, or ``--chat-template``'s)."""
+    return template_for(session.model, session.options.chat_template)
+
+
 def _budgeted(session, task, prompt):
     """``task`` with its reasoning held to ``reasoning_budget`` tokens
     (:mod:`geniex.engine.think_budget`)."""
-    budget = think_budget.for_prompt(task.reasoning_budget, template_for(session.model).source, prompt,
+    budget = think_budget.for_prompt(task.reasoning_budget, _chat_template(session).source, prompt,
                                      task.reasoning_budget_message, task.options.grammar, "thinking_budget_tokens")
     return dataclasses.replace(task, options=dataclasses.replace(task.options, think_budget=budget))
 
@@ -291,9 +296,9 @@ def _budgeted(session, task, prompt):
 def _parser(session, task, prompt):
     """The answer's parser: tool calls in the template's family when the task has tools
     (and tool_choice is not "none"), reasoning split as ``reasoning_format`` says."""
-    source = template_for(session.model).source
+    source = _chat_template(session).source
     family = toolcalls.family_of(source) if task.tools and task.tool_choice != "none" else None
-    if family is not None and not template_for(session.model).renders_tools:
+    if family is not None and not _chat_template(session).renders_tools:
         family = toolcalls.FAMILIES["generic"]()     # the tools were described in the generic format
     markers = toolcalls.markers_for(source)
     return toolcalls.ChatParser(family, task.reasoning_format, markers, toolcalls.forced_open(prompt, markers),
@@ -562,7 +567,7 @@ def _logits_on(session, task, ids):
 def _render(session, task):
     """The prompt text of a chat or template task's messages; with ``continue_final`` it
     ends with the last (assistant) message's text, so the answer continues it."""
-    template = template_for(session.model)
+    template = _chat_template(session)
     messages = task.messages
     # tool_choice "none": the model is not shown the tools (so it does not call them).
     tools = task.tools if task.tool_choice != "none" else None

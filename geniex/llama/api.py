@@ -186,6 +186,8 @@ FUNCTIONS = {
     # with a larger one), or -1 for a template the library does not recognise
     "llama_chat_apply_template": (c_int32, [c_char_p, POINTER(llama_chat_message), c_size_t,
                                             c_bool, c_char_p, c_int32]),
+    # the names of the built-in formats (fills up to len of them; returns how many there are)
+    "llama_chat_builtin_templates": (c_int32, [POINTER(c_char_p), c_size_t]),
     # -- vocab ----------------------------------------------------------------------
     "llama_vocab_n_tokens": (c_int32, [c_void_p]),
     "llama_vocab_type": (c_int, [c_void_p]),

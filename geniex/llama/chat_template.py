@@ -29,3 +29,15 @@ def apply_builtin(template, messages, add_assistant=True):
             return buf.raw[:n].decode("utf-8", "replace")
         size = n + 1     # the buffer was too small: n is the length needed
     return None
+
+
+def builtin_names():
+    """The names of llama.cpp's built-in chat formats (``--chat-template NAME``)."""
+    lib = library.load()
+    size = 128
+    while True:
+        arr = (ctypes.c_char_p * size)()
+        n = lib.llama_chat_builtin_templates(arr, size)
+        if n <= size:
+            return [arr[i].decode() for i in range(n)]
+        size = n

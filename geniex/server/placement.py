@@ -44,6 +44,7 @@ class Defaults:
     cache_type_k: str = "q8_0"
     cache_type_v: str = "q8_0"
     prompt_kv: str = "f16"           # how prompts are read (--prompt-kv; LoadOptions.prompt_kv)
+    chat_template: str | None = None  # --chat-template: a built-in name or Jinja text (None: each model's)
     # The speculative setup of a request that sets no spec_* field (serve's --spec-* flags).
     spec: spec_options.SpecOptions = field(default_factory=spec_options.SpecOptions)
     fixed_load: bool = False         # requests may not change the load settings (--fixed-load)

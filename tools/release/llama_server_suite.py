@@ -41,7 +41,8 @@ SUITE_NEEDS = ("wget", "filelock")
 
 # llama-server flags -> geniex serve flags (None: the value is dropped with the flag).
 VALUED = {"--host": "--host", "--port": "--port", "--api-key": "--api-key", "--cors-origins": "--origins",
-          "--n-predict": "--n-predict", "-n": "--n-predict"}
+          "--n-predict": "--n-predict", "-n": "--n-predict", "--chat-template": "--chat-template",
+          "--chat-template-file": "--chat-template-file"}
 SWITCHES = {"--metrics": "--metrics", "--no-slots": "--no-slots"}
 # llama-server switches that take no value (everything else starting with - takes one).
 NO_VALUE = {"--offline", "--cont-batching", "--embedding", "--embeddings", "--reranking", "--kv-unified",
