@@ -183,10 +183,11 @@ def gen_options(max_tokens, sname, **kw):
 
 
 # -- answers on a session's slots (tests of LoadOptions.parallel) ----------------------------
-def task_answer(session, tokens, opts, speculative=True):
-    """(answer tokens, Done stats) of a completion task on ``session``."""
+def task_answer(session, tokens, opts, speculative=True, spec=None):
+    """(answer tokens, Done stats) of a completion task on ``session`` (``spec``: the
+    request's own speculative setup, on the drafters as loaded; None: the loaded one)."""
     task = tasks.CompletionTask(prompt=list(tokens), options=opts,
-                                streaming=tasks.Streaming(speculative=speculative))
+                                streaming=tasks.Streaming(speculative=speculative, spec=spec))
     got, stats = [], None
     for event in tasks.run(session, task):
         if isinstance(event, tasks.Piece):
@@ -196,14 +197,14 @@ def task_answer(session, tokens, opts, speculative=True):
     return got, stats
 
 
-def together(session, jobs, speculative=True):
+def together(session, jobs, speculative=True, spec=None):
     """Answer ``jobs`` ([(tokens, opts)]) at once, each from its own thread."""
     out = [None] * len(jobs)
     errors = []
 
     def client(i):
         try:
-            out[i] = task_answer(session, *jobs[i], speculative)
+            out[i] = task_answer(session, *jobs[i], speculative, spec)
         except BaseException as e:     # noqa: BLE001 - reported by the test
             errors.append(e)
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(jobs))]
