@@ -48,6 +48,13 @@ def register(sub):
                    help="read prompts in an F16 KV cache of their own, whose cells then move to the quantized "
                         "cache answers decode on: 1.7x faster prompts on CPU for F16 KV memory on top, answers "
                         "unchanged (default f16; none: prompts decode on the answer's cache; docs/speculative.md)")
+    p.add_argument("-a", "--alias", metavar="NAMES", default=None,
+                   help="more names of --model, comma separated: requests may name it by any, and /v1/models "
+                        "lists it by the first in sort order (as llama-server)")
+    p.add_argument("--tags", metavar="TAGS", default=None,
+                   help="comma separated tags of --model, shown in /v1/models")
+    p.add_argument("--no-webui", dest="webui", action="store_false",
+                   help="do not serve the Swagger UI at / and /docs/ (the API and /openapi.json stay)")
     p.add_argument("--chat-template", metavar="NAME|FILE", default=None,
                    help="chat template in place of the models' own: one of llama.cpp's built-in formats (chatml, "
                         "llama3, gemma, mistral-v7, ...) or a Jinja template file (default: each model's; a model "
@@ -114,6 +121,14 @@ def ggml_name(value):
     return value.lower()
 
 
+def _names(value, flag, model):
+    """A comma list of ``--alias`` or ``--tags``; both describe ``--model``."""
+    names = tuple(dict.fromkeys(n.strip() for n in (value or "").split(",") if n.strip()))
+    if names and model is None:
+        raise UsageError(f"{flag} describes the default model: give --model too")
+    return names
+
+
 def _chat_template(args):
     """``--chat-template`` or ``--chat-template-file``, checked before the server listens."""
     from geniex.engine.chat import template_choice
@@ -178,6 +193,8 @@ def run(args):
                           max_queue=args.max_queue,
                           memory_budget=parse_size(args.memory_budget) if args.memory_budget else None,
                           model=_default_model(args.model, args.data_dir),
+                          aliases=_names(args.alias, "--alias", args.model), tags=_names(args.tags, "--tags", args.model),
+                          webui=args.webui,
                           metrics=args.metrics, slots=args.slots, request_timeout=args.request_timeout,
                           load_timeout=args.load_timeout)
     return serve(config, args.host or os.environ.get("GENIEX_HOST") or DEFAULT_HOST, port=args.port, tls=tls)

@@ -45,11 +45,11 @@ class Answerer:
     warm-up's None), and runs the tasks that answer at once."""
 
     def __init__(self, store, cache, defaults=None, allow_paths=False, memory_budget=None,
-                 default_model=None, metrics=None, request_timeout=None, load_timeout=None):
+                 default_model=None, metrics=None, request_timeout=None, load_timeout=None, aliases=()):
         self.cache = cache
         self.defaults = defaults or Defaults()
         self.placer = Placer(store, self.defaults, cache.resident, allow_paths=allow_paths,
-                             memory_budget=memory_budget, default_model=default_model)
+                             memory_budget=memory_budget, default_model=default_model, aliases=aliases)
         self.metrics = metrics                  # a geniex.server.metrics.Metrics, or None
         # Seconds a request may hold the model (--request-timeout); None: the model's
         # default (WorkerSession.default_timeout), 0: no limit.

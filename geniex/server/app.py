@@ -52,6 +52,9 @@ class ServerConfig:
     memory_budget: int | None = None   # KV cache bytes a context may take (None: limits' default)
     bind_host: str = ""                # the address(es) served on (also accepted as Hosts; comma list)
     model: str | None = None           # the default model (`geniex serve --model`)
+    aliases: tuple = ()                # more names of the default model (--alias), as /v1/models shows it
+    tags: tuple = ()                   # the default model's tags in /v1/models (--tags)
+    webui: bool = True                 # the Swagger UI at / and /docs/ (--no-webui: off)
     metrics: bool = False              # GET /metrics (`--metrics`, off by default as in llama.cpp)
     slots: bool = True                 # GET /slots (`--no-slots` turns it off, as in llama.cpp)
     request_timeout: float | None = None  # seconds a request may hold the model (None: the model's default; 0: none)
@@ -74,7 +77,7 @@ def create_app(config=None, store=None):
     app.extensions["geniex.answerer"] = Answerer(store, cache, config.defaults, allow_paths=config.allow_paths,
                                                  memory_budget=config.memory_budget, default_model=config.model,
                                                  metrics=Metrics(cache), request_timeout=config.request_timeout,
-                                                 load_timeout=config.load_timeout)
+                                                 load_timeout=config.load_timeout, aliases=config.aliases)
     for module in (chat, native, embeddings, logits, responses, messages, models, spec, docs):
         app.register_blueprint(module.bp)
     # The request schemas are read now: a broken install fails at start, and no request

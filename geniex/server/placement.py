@@ -72,20 +72,23 @@ class Placement:
 class Placer:
     """Makes a :class:`Placement` of a request body (see the module doc).
 
-    ``default_model`` (``geniex serve --model``) answers a request that names no model,
+    ``default_model`` (``geniex serve --model``, also named by ``aliases``: ``--alias``)
+    answers a request that names no model,
     or a name the store does not hold, as llama.cpp's server answers with its loaded
     model whatever the request says (with a warning in the answer). Without it GenieX's
     rules hold: a name the store does not hold is a 404 saying to pull it, and a request
     that names no model gets the resident one (``resident()``; a 400 while none is).
     """
 
-    def __init__(self, store, defaults, resident, allow_paths=False, memory_budget=None, default_model=None):
+    def __init__(self, store, defaults, resident, allow_paths=False, memory_budget=None, default_model=None,
+                 aliases=()):
         self.store = store
         self.defaults = defaults
         self._resident = resident
         self.allow_paths = allow_paths          # requests may name GGUF files by path
         self.memory_budget = memory_budget      # KV cache bytes (None: limits.default_budget())
         self.default_model = default_model
+        self.aliases = tuple(aliases)           # more names of default_model (serve --alias)
 
     def place(self, body, drafting=True, lenient=False):
         """The Placement of ``body``; ``drafting``: the request drafts with its ``spec_*``
@@ -126,6 +129,8 @@ class Placer:
         """``name`` as the store resolves it, by path only with ``allow_paths``. Every
         failure is a 404 whose message depends on the name alone when paths are off,
         so a request learns nothing about files outside the store."""
+        if name in self.aliases:
+            return self._resolve_default(self.default_model)
         try:
             return self.store.resolve(name, paths=self.allow_paths)
         except ModelNotFound as e:

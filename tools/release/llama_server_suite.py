@@ -36,19 +36,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 XLLAMACPP = "xllamacpp==2026.10.11549"
 SUITE = "thirdparty/llama.cpp/tools/server/tests"
+TEMPLATES = "thirdparty/llama.cpp/models/templates"     # the chat templates its tests name by path
 # Python modules the suite imports beyond geniex's test extra.
 SUITE_NEEDS = ("wget", "filelock")
 
 # llama-server flags -> geniex serve flags (None: the value is dropped with the flag).
 VALUED = {"--host": "--host", "--port": "--port", "--api-key": "--api-key", "--cors-origins": "--origins",
           "--n-predict": "--n-predict", "-n": "--n-predict", "--chat-template": "--chat-template",
-          "--chat-template-file": "--chat-template-file"}
-SWITCHES = {"--metrics": "--metrics", "--no-slots": "--no-slots"}
+          "--chat-template-file": "--chat-template-file", "--alias": "--alias", "-a": "--alias",
+          "--tags": "--tags"}
+SWITCHES = {"--metrics": "--metrics", "--no-slots": "--no-slots", "--no-webui": "--no-webui"}
 # llama-server switches that take no value (everything else starting with - takes one).
 NO_VALUE = {"--offline", "--cont-batching", "--embedding", "--embeddings", "--reranking", "--kv-unified",
             "--swa-full", "--slots", "--verbose", "--context-shift", "--no-ui", "--no-models-autoload", "--jinja",
             "--no-jinja", "--no-mmproj", "--no-cache-idle-slots", "--ui-mcp-proxy", "--backend_sampling",
-            "--metrics", "--no-slots"}
+            "--metrics", "--no-slots", "--no-webui"}
 
 
 def translate(argv):
@@ -60,6 +62,8 @@ def translate(argv):
         i += 1 if value is None else 2
         if flag in SWITCHES:
             out.append(SWITCHES[flag])
+        elif flag == "--chat-template-file":
+            out += [flag, _template_file(value)]
         elif flag in VALUED:
             out += [VALUED[flag], value]
         elif flag in ("--ctx-size", "-c"):
@@ -72,6 +76,14 @@ def translate(argv):
     return ["serve", "--model", "demo", "--keepalive", "-1", *out]
 
 
+def _template_file(path):
+    """A template file the suite names relative to llama.cpp's tree (its own folder is
+    not there): the copy the runner extracted next to the suite (``$GENIEX_SUITE_TEMPLATES``)."""
+    if os.path.isfile(path):
+        return os.path.abspath(path)
+    return os.path.join(os.environ.get("GENIEX_SUITE_TEMPLATES", ""), os.path.basename(path))
+
+
 def shim_main(argv):
     """Be llama-server: exec ``geniex serve`` with the translated flags."""
     args = [sys.executable, "-m", "geniex", *translate(argv)]
@@ -82,7 +94,7 @@ def shim_main(argv):
 def fetch_suite(work):
     """The suite's folder under ``work``, from the xllamacpp sdist (fetched once)."""
     dest = work / "tests"
-    if (dest / "utils.py").exists():
+    if (dest / "utils.py").exists() and (work / "templates").is_dir():
         return dest
     dl = work / "sdist"
     dl.mkdir(parents=True, exist_ok=True)
@@ -91,11 +103,13 @@ def fetch_suite(work):
                         "-d", str(dl)], check=True)
     archive = next(dl.glob("xllamacpp-*.tar.gz"))
     with tarfile.open(archive) as tar:
-        prefix = f"{tar.getnames()[0].split('/')[0]}/{SUITE}/"
-        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
-        for m in members:
-            m.name = m.name[len(prefix):]
-        tar.extractall(dest, members=members, filter="data")
+        root = tar.getnames()[0].split('/')[0]
+        for folder, into in ((SUITE, dest), (TEMPLATES, work / "templates")):
+            prefix = f"{root}/{folder}/"
+            members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
+            for m in members:
+                m.name = m.name[len(prefix):]
+            tar.extractall(into, members=members, filter="data")
     return dest
 
 
@@ -112,6 +126,7 @@ def run_suite(tests, work, selection, keyword):
     shim.chmod(0o755)
     data = Path(tempfile.mkdtemp(prefix="geniex-suite-"))
     env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(shim), "PORT": str(free_port()),
+           "GENIEX_SUITE_TEMPLATES": str(work / "templates"),
            "GENIEX_DATADIR": str(data), "PYTHONPATH": str(ROOT)}
     env.pop("GENIEX_HOST", None)
     xml = work / "results.xml"

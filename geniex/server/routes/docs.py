@@ -47,6 +47,15 @@ PAGE = """<!DOCTYPE html>
 """
 
 
+@bp.before_app_request
+def _webui_off():
+    """``serve --no-webui``: the page and its files are not served (the API and
+    ``/openapi.json`` are)."""
+    from flask import request
+    if not current_app.config["GENIEX"].webui and (request.path == "/" or request.path.startswith("/docs/")):
+        abort(404)
+
+
 @bp.get("/")
 def root():
     """The API's home is its documentation."""

@@ -39,9 +39,16 @@ def list_models():
             default = store.resolve(default, paths=placer.allow_paths).name
         except GenieXError:
             default = None
+    config = current_app.config["GENIEX"]
     for i, entry in enumerate(data):
         if entry["id"] == default:
-            data.insert(0, {**data.pop(i), "default": True})
+            entry = {**data.pop(i), "default": True}
+            if config.aliases:
+                # As llama-server: the model goes by its aliases, the first in sort order its id.
+                entry.update(id=sorted(config.aliases)[0], aliases=sorted(config.aliases), name=default)
+            if config.tags:
+                entry["tags"] = list(config.tags)
+            data.insert(0, entry)
             break
     return jsonify({"object": "list", "data": data})
 

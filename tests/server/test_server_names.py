@@ -1,0 +1,28 @@
+"""What llama-server's operators set about the served model: ``--alias`` (more names of
+``--model``, the first in sort order its id in ``/v1/models``), ``--tags``, and
+``--no-webui`` (no Swagger UI; the API stays)."""
+from serverproc import DEMO, AppServer, chat_body
+
+
+def test_aliases_name_the_default_model_and_models_lists_them_with_its_tags(tmp_path):
+    with AppServer(tmp_path / "data", parallel=1, model=DEMO, aliases=("tinyllama-2", "fim", "code"),
+                   tags=("chat", "small")) as s:
+        first = s.get("/v1/models").json()["data"][0]
+        assert first["id"] == "code" and first["default"] and first["name"] == DEMO
+        assert first["aliases"] == ["code", "fim", "tinyllama-2"] and first["tags"] == ["chat", "small"]
+        r = s.chat({**chat_body(max_tokens=2), "model": "fim"})
+        assert r.status_code == 200 and "warnings" not in r.json(), r.text     # by its name, not a fallback
+        assert s.get("/v1/models/tinyllama-2").json()["id"] == DEMO
+        assert s.get("/").status_code == 200                                    # the Swagger UI
+
+
+def test_no_webui_serves_no_page_and_the_api_as_ever(tmp_path):
+    with AppServer(tmp_path / "data", parallel=1, webui=False) as s:
+        assert s.get("/").status_code == 404 and s.get("/docs/").status_code == 404
+        assert s.get("/openapi.json").status_code == 200 and s.get("/health").status_code == 200
+        assert "aliases" not in s.get("/v1/models").json()["data"][0]
+
+
+def test_an_alias_without_a_model_is_refused_before_the_server_listens(cli):
+    proc = cli("serve", "--host", "127.0.0.1:0", "--alias", "x", check_clean=False, timeout=60)
+    assert proc.returncode != 0 and "--alias describes the default model: give --model too" in proc.stderr
