@@ -42,15 +42,16 @@ def seed_calibration(data_dir):
 
 
 def calibrate_as(cache, copy, original):
-    """Give the model file ``copy`` the verify cost curves ``original`` has in the
-    calibration cache ``cache`` (a data dir's ``calibration.json``; nothing happens where it
-    has none of them). For a copy of the demo model with metadata spliced in
-    (tests/support/gguf_edit.py: tool templates, pooling and FIM tokens): it holds the
-    original's tensors, so a batch costs on it what it costs on the original. A load with
-    slots measures the curve of a file it does not find (for predictions, even when nothing
-    drafts: 213 rows, 2.5 s of a 3.2 s load on one CPU), where the suite measures a model's
-    curves once per run (shared_fixtures.calibration_cache); the curve only prices drafts,
-    the tokens are the same whatever it says."""
+    """Give the model file ``copy`` what ``original`` has in the calibration cache
+    ``cache`` (a data dir's ``calibration.json``; nothing happens where it has none of it):
+    its verify cost curves and the prompt reader's verdict. For a copy of the demo model
+    with metadata spliced in (tests/support/gguf_edit.py: tool templates, pooling and FIM
+    tokens): it holds the original's tensors, so a batch costs on it what it costs on the
+    original, and its cells convert as the original's do. A load with slots measures the
+    curve of a file it does not find (for predictions, even when nothing drafts: 213 rows,
+    2.5 s of a 3.2 s load on one CPU), and a load over 512 tokens checks the reader, where
+    the suite does both once per run (shared_fixtures.calibration_cache); the curve only
+    prices drafts, the tokens are the same whatever it says."""
     from geniex.speculative.policy import CalibrationCache, model_key
     try:
         data = json.loads(Path(cache).read_text())
@@ -58,9 +59,13 @@ def calibrate_as(cache, copy, original):
         return
     old, new, kept = model_key(original), model_key(copy), CalibrationCache(Path(cache))
     for key, value in data.items():
-        if key.startswith(old) and isinstance(value, dict) and "costs" in value and not value.get("stalled"):
+        if not isinstance(value, dict) or value.get("stalled"):
+            continue
+        if key.startswith(old) and "costs" in value:
             kept.put(new + key[len(old):], ({int(r): float(c) for r, c in value["costs"].items()},
                                             float(value["one_row"])))
+        elif key.startswith("reader|" + old):
+            kept.put_record("reader|" + new + key[len("reader|" + old):], value)
 
 
 # Seconds before a test gives up on an answer: a guard against a hang, not a speed bound.
