@@ -47,7 +47,9 @@ def test_a_prediction_is_refused_only_where_it_could_change_the_answer(tmp_path,
     # A fixed draft policy (set at load, by the first request): the prediction is
     # drafted as long as it goes, whatever this machine's verify costs.
     f16 = {**ASK, "cache_type_k": "f16", "cache_type_v": "f16", "spec_draft_policy": "fixed"}
-    with AppServer(tmp_path, nctx=512) as s:
+    # One slot: a load with slots measures the verify costs of its setting (an f16 cache on
+    # these threads: none the suite has measured), 2.5 s that neither case uses.
+    with AppServer(tmp_path, nctx=512, parallel=1) as s:
         if threads > 1:
             r = s.chat({**f16, "max_tokens": 4, "prediction": {"type": "content", "content": "Red: apple"}})
             assert r.status_code == 400 and r.json()["error"]["param"] == "prediction", r.text
