@@ -169,15 +169,16 @@ def test_a_model_that_aborts_llamacpp_is_a_load_error_and_the_server_stays_up(tm
 
 # -- fair use: the time budget and the queue -------------------------------------------------
 def test_an_answer_over_its_time_budget_ends_with_finish_reason_length(server, monkeypatch):
-    # The shared server, its budget set to 1.5 s after a warm-up with the same prompt (as
-    # --request-timeout 1.5 would set it). The budget runs from the answer's start in the
+    # The shared server, its budget set to 0.75 s after a warm-up with the same prompt (as
+    # --request-timeout 0.75 would set it). The budget runs from the answer's start in the
     # worker, so the load and the queue's wait stay outside it, and the answers keep and
     # reuse the prompt's cache (GenieX-KeepCache), so the prompt's decode does too: only
-    # the answer's tokens count, and 1.5 s is far below the 2,000 tokens' time, so the
-    # answers must end on the budget. (Each answer runs the whole budget.)
+    # the answer's tokens count, and 0.75 s is far below the 2,000 tokens' time (and holds
+    # dozens of tokens), so the answers must end on the budget. (Each answer runs the
+    # whole budget: it was 1.5 s.)
     keep = {"GenieX-KeepCache": "true"}
     assert server.chat({**LONG, "max_completion_tokens": 1}, headers=keep).status_code == 200
-    monkeypatch.setattr(server.app.extensions["geniex.answerer"], "request_timeout", 1.5)
+    monkeypatch.setattr(server.app.extensions["geniex.answerer"], "request_timeout", 0.75)
     r = server.chat({**LONG, "ignore_eos": True}, headers=keep)
     assert r.status_code == 200, r.text
     out = r.json()
