@@ -69,6 +69,14 @@ class PromptCache:
         tokens = kv.tokens
         if self.capacity <= 0 or len(tokens) < MIN_TOKENS:
             return
+        for key, e in list(self._entries.items()):
+            if e.owner == owner and e.tokens == tokens:
+                # Kept already (a slot saves its conversation while the server is idle:
+                # Slots._settle): the same tokens hold the same cells, so a slot giving it
+                # up costs nothing now. It becomes the most recently used.
+                self._entries[self._next] = self._entries.pop(key)
+                self._next += 1
+                return
         for key in [k for k, e in self._entries.items()
                     if e.owner == owner and common_prefix(e.tokens, tokens) == len(e.tokens)]:
             self._drop(key)

@@ -184,6 +184,13 @@ class Slots:
                 slot.busy = slot.settling = True
             try:
                 slot.kv.catch_up(give_way)
+                if not give_way():
+                    # Keep it in the prompt cache now, while nothing waits: a request that
+                    # later takes this slot then pushes the conversation out for free
+                    # (four short requests taking slots held by long conversations paid
+                    # for four saves before their first tokens).
+                    with self.session.prompt_cache.lock:
+                        self.session.prompt_cache.save(slot.kv, slot.kv_owner)
             except Cancelled:
                 continue
             except Exception:       # noqa: BLE001 - the conversation is read again when it returns

@@ -230,7 +230,7 @@ def test_a_short_context_reads_prompts_on_the_target(demo_model):
 
 
 def test_a_slot_reads_its_answer_while_another_answers_so_a_returning_turn_reads_only_what_is_new(demo_model):
-    s = Session(demo_model, LoadOptions(nctx=1024, parallel=2))
+    s = Session(demo_model, LoadOptions(nctx=1024, parallel=2, cache_ram=1 << 28))
     try:
         first = chat(s, text_of(20) + "Which function returns slot_1?")
         assert len(first) > prompt_reader.CATCH_UP_FROM
@@ -252,6 +252,15 @@ def test_a_slot_reads_its_answer_while_another_answers_so_a_returning_turn_reads
                 time.sleep(0.05)
             assert slot.kv.converted == len(slot.kv.tokens) > len(first)      # read while B answers
             b += [t for step in steps for t in step.committed]
+        # ... and kept in the prompt cache then, so that giving the slot up later costs nothing.
+        deadline = time.monotonic() + 30
+        while s.prompt_cache.saved == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        saved, held = s.prompt_cache.saved, list(slot.kv.tokens)
+        assert saved == 1 and [e.tokens for e in s.prompt_cache._entries.values()] == [held]
+        with s.prompt_cache.lock:
+            s.prompt_cache.save(slot.kv, "A")
+        assert s.prompt_cache.saved == saved and len(s.prompt_cache._entries) == 1
         with s.seat(back, "A") as seated:
             held = list(seated.slot.kv.tokens)
             assert seated.slot is slot and len(held) > len(first) and seated.slot.kv.converted == len(held)
