@@ -24,6 +24,9 @@ def register(sub):
     p.add_argument("--n-predict", type=int, default=None,
                    help="answer length for requests that set none (-1 = until the context is full; default: "
                         "2048 for chat and /completion, 16 for /v1/completions)")
+    p.add_argument("--reasoning", choices=("on", "off", "auto"), default="auto",
+                   help="thinking of chat answers when a request sets none: on or off (the templates' "
+                        "enable_thinking), auto (default: the template's own, thinking where it thinks)")
     p.add_argument("--reasoning-format", default="auto", choices=("none", "deepseek", "deepseek-legacy", "auto"),
                    help="default reasoning_format of chat answers: where <think> thoughts go (default auto: "
                         "reasoning_content, as llama.cpp's server)")
@@ -53,8 +56,9 @@ def register(sub):
                         "lists it by the first in sort order (as llama-server)")
     p.add_argument("--tags", metavar="TAGS", default=None,
                    help="comma separated tags of --model, shown in /v1/models")
-    p.add_argument("--no-webui", dest="webui", action="store_false",
-                   help="do not serve the Swagger UI at / and /docs/ (the API and /openapi.json stay)")
+    p.add_argument("--no-webui", "--no-ui", dest="webui", action="store_false",
+                   help="do not serve the Swagger UI at / and /docs/ (the API and /openapi.json stay; "
+                        "--no-ui is llama-server's spelling)")
     p.add_argument("--chat-template", metavar="NAME|FILE", default=None,
                    help="chat template in place of the models' own: one of llama.cpp's built-in formats (chatml, "
                         "llama3, gemma, mistral-v7, ...) or a Jinja template file (default: each model's; a model "
@@ -181,7 +185,7 @@ def run(args):
                                             cache_type_v=ggml_name(args.cache_type_v), prompt_kv=args.prompt_kv,
                                             chat_template=_chat_template(args),
                                             n_predict=args.n_predict,
-                                            reasoning_format=args.reasoning_format,
+                                            reasoning_format=args.reasoning_format, reasoning=args.reasoning,
                                             reasoning_budget=_reasoning_budget(args.reasoning_budget),
                                             reasoning_budget_message=args.reasoning_budget_message,
                                             grammar_dir=_grammar_dir(args.grammar_dir),

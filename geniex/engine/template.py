@@ -302,7 +302,13 @@ class JinjaTemplate:
             messages = _object_arguments(messages)
         if not self.system_role:
             messages = _system_into_user(messages)
-        context = dict(extra or {})
+        # The variables llama.cpp's server gives every template, under a request's own:
+        # thinking on unless asked off (templates llama.cpp ships close a forced-open
+        # block on `not enable_thinking`), and today's date where a template prints it
+        # (Llama 3.x's date_string, FireFunction's datetime).
+        now = datetime.now()
+        context = {"enable_thinking": True, "date_string": now.strftime("%d %b %Y"),
+                   "datetime": now.strftime("%b %d %Y %H:%M:%S GMT"), **(extra or {})}
         context.update(messages=messages, tools=tools or None, documents=None,
                        add_generation_prompt=add_generation_prompt,
                        bos_token=self.bos_token, eos_token=self.eos_token)

@@ -74,6 +74,8 @@ def agent_fields(body, defaults):
         fmt = body.get("reasoning_format")
         fmt = agent.check_reasoning_format(defaults.reasoning_format if fmt is None else fmt)
         kwargs = agent.template_kwargs(body.get("chat_template_kwargs"), body.get("enable_think"))
+        if defaults.reasoning != "auto" and "enable_thinking" not in (kwargs or {}):
+            kwargs = {**(kwargs or {}), "enable_thinking": defaults.reasoning == "on"}     # serve --reasoning
     except UsageError as e:
         raise ApiError(400, str(e), param=e.param, code="invalid_value") from None
     if tools and choice not in ("auto", "none") and grammar_fields.constrained(body):

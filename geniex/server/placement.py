@@ -52,6 +52,7 @@ class Defaults:
     parallel: int = DEFAULT_PARALLEL     # answers a model runs at once (--parallel): its slots
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
     reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
+    reasoning: str = "auto"          # enable_thinking when a request sets none (--reasoning on/off; auto: the template's)
     reasoning_budget: int = -1       # thinking_budget_tokens when a request sets none (--reasoning-budget)
     reasoning_budget_message: str = ""   # --reasoning-budget-message
     grammar_dir: str | None = None   # the folder grammar_path names files in (None: grammar_path refused)

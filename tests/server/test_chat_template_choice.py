@@ -60,3 +60,22 @@ def test_serve_refuses_a_missing_template_file_before_it_listens(cli, tmp_path):
     proc = cli("serve", "--host", "127.0.0.1:0", "--chat-template-file", tmp_path / "none.jinja",
                check_clean=False, timeout=60)
     assert proc.returncode != 0 and "--chat-template-file" in proc.stderr and "no such file" in proc.stderr
+
+
+THINKS = ("{% if not enable_thinking %}[thinking off]{% endif %}[{{ date_string }}]"
+          "{% for m in messages %}{{ m.content }}{% endfor %}")
+
+
+@pytest.mark.parametrize("reasoning", ["auto", "off"])
+def test_templates_get_llama_servers_variables_and_serve_reasoning_sets_thinking(tmp_path, reasoning):
+    """As llama-server: thinking on unless --reasoning off (a request's own
+    enable_thinking wins), and today's date as date_string (Llama 3.x prints it)."""
+    import datetime
+    defaults = Defaults(chat_template=template_choice(THINKS), reasoning=reasoning)
+    with AppServer(tmp_path / "data", parallel=1, defaults=defaults) as s:
+        def prompt(**kw):
+            return s.post("/apply-template", {"model": DEMO, "messages": MESSAGES, **kw}).json()["prompt"]
+        today = datetime.date.today().strftime("%d %b %Y")
+        assert prompt() == ("[thinking off]" if reasoning == "off" else "") + f"[{today}]What is today?"
+        assert prompt(chat_template_kwargs={"enable_thinking": True}).startswith(f"[{today}]")
+        assert prompt(chat_template_kwargs={"enable_thinking": False}).startswith("[thinking off]")

@@ -44,8 +44,8 @@ SUITE_NEEDS = ("wget", "filelock")
 VALUED = {"--host": "--host", "--port": "--port", "--api-key": "--api-key", "--cors-origins": "--origins",
           "--n-predict": "--n-predict", "-n": "--n-predict", "--chat-template": "--chat-template",
           "--chat-template-file": "--chat-template-file", "--alias": "--alias", "-a": "--alias",
-          "--tags": "--tags"}
-SWITCHES = {"--metrics": "--metrics", "--no-slots": "--no-slots", "--no-webui": "--no-webui"}
+          "--tags": "--tags", "--reasoning": "--reasoning", "--reasoning-format": "--reasoning-format"}
+SWITCHES = {"--metrics": "--metrics", "--no-slots": "--no-slots", "--no-webui": "--no-webui", "--no-ui": "--no-ui"}
 # llama-server switches that take no value (everything else starting with - takes one).
 NO_VALUE = {"--offline", "--cont-batching", "--embedding", "--embeddings", "--reranking", "--kv-unified",
             "--swa-full", "--slots", "--verbose", "--context-shift", "--no-ui", "--no-models-autoload", "--jinja",
@@ -73,6 +73,7 @@ def translate(argv):
         # model flags and the rest: dropped (the demo model answers everything)
     if ctx:
         out += ["--nctx", str(max(1, ctx // parallel))]
+    out += ["--parallel", str(parallel)]
     return ["serve", "--model", "demo", "--keepalive", "-1", *out]
 
 

@@ -16,7 +16,7 @@ bp = Blueprint("docs", __name__)
 
 SWAGGER_DIST = Path(flask_swagger_ui.__file__).parent / "dist"
 
-PAGE = """<!DOCTYPE html>
+PAGE = """<!doctype html>
 <html lang="en">
 <head>
   <meta charset="UTF-8">
