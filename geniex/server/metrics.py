@@ -123,8 +123,9 @@ class Metrics:
         yield counter("tokens_predicted", "Number of generation tokens processed.", self.predicted)
         yield counter("tokens_predicted_seconds", "Predict process time.", self.predicted_seconds)
         yield counter("n_decode", "Number of llama_decode() calls.", self.decodes)
-        # llama.cpp types this maximum a counter with no _total suffix, which the Prometheus
-        # text format does not allow for counters (prometheus_client refuses it): a gauge.
+        # llama.cpp types this maximum a counter with no _total suffix, which
+        # prometheus_client refuses to build: made a gauge here, typed as llama.cpp
+        # types it in :meth:`exposition`.
         yield gauge("n_tokens_max", "Largest observed n_tokens.", self.tokens_max)
         yield counter("spec_decode_num_drafts", "Verify steps that carried a draft.", self.drafts)
         yield counter("spec_decode_num_draft_tokens", "Draft tokens verified by the target.", self.draft_tokens)
@@ -191,4 +192,6 @@ class Metrics:
         """The Prometheus text of every metric."""
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
-        return generate_latest(registry)
+        # As llama-server exports it (a scraper reading llama.cpp's types finds the same).
+        return generate_latest(registry).replace(b"# TYPE llamacpp:n_tokens_max gauge",
+                                                 b"# TYPE llamacpp:n_tokens_max counter")

@@ -240,6 +240,10 @@ def test_metrics_parse_and_count_speculation_per_method(server):
     assert delta("geniex:spec_decode_num_accepted_tokens_total") == t["draft_n_accepted"]
     assert delta("geniex:spec_decode_accepted_length_count") == sum(t["accept_hist"])
     assert after["llamacpp:requests_processing"].value == 0
+    # Typed as llama-server types them: counters, n_tokens_max among them (no _total suffix).
+    text = server.get("/metrics").text
+    assert "# TYPE llamacpp:n_tokens_max counter" in text and "# TYPE llamacpp:prompt_tokens_total counter" in text
+    assert after["llamacpp:n_tokens_max_total"].value >= t["prompt_n"]     # (the parser names a counter so)
 
 
 @resident("demo ngram-mod,draft-simple")
