@@ -8,6 +8,7 @@ _ = object()
 chat_completions, completions, swagger_page, swagger_file, openapi_json, health
 openai_embeddings, llama_embeddings, rerank, count_tokens, get_model, apply_template
 error_answer, give_memory_back, queue_wait     # app.py's errorhandler/after_request hooks
+_webui_off                                     # docs.py's before_app_request hook (--no-webui)
 regex, part_isolating                          # werkzeug's converter class attributes
 _.merge_slashes                                # werkzeug's url_map setting
 _.geniex_queue_wait, _.geniex_big_body, _.geniex_api_key    # flask.g, read with g.get() by name
