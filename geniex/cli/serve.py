@@ -51,6 +51,9 @@ def register(sub):
                    help="read prompts in an F16 KV cache of their own, whose cells then move to the quantized "
                         "cache answers decode on: 1.7x faster prompts on CPU for F16 KV memory on top, answers "
                         "unchanged (default f16; none: prompts decode on the answer's cache; docs/speculative.md)")
+    p.add_argument("-s", "--seed", type=int, default=-1, metavar="N",
+                   help="the seed of sampled answers whose request sets none, so that they repeat "
+                        "(default -1: a random seed per answer, as llama-server)")
     p.add_argument("-a", "--alias", metavar="NAMES", default=None,
                    help="more names of --model, comma separated: requests may name it by any, and /v1/models "
                         "lists it by the first in sort order (as llama-server)")
@@ -125,6 +128,15 @@ def ggml_name(value):
     return value.lower()
 
 
+def _seed(value):
+    """``--seed``: -1 (or llama.cpp's 0xFFFFFFFF) is a random seed per answer (0 here)."""
+    if value in (-1, 0xFFFFFFFF):
+        return 0
+    if not 0 < value < 1 << 32:
+        raise UsageError(f"--seed {value}: expected -1 (random) or 1 to {(1 << 32) - 2}")
+    return value
+
+
 def _names(value, flag, model):
     """A comma list of ``--alias`` or ``--tags``; both describe ``--model``."""
     names = tuple(dict.fromkeys(n.strip() for n in (value or "").split(",") if n.strip()))
@@ -184,7 +196,7 @@ def run(args):
                                             cache_type_k=ggml_name(args.cache_type_k),
                                             cache_type_v=ggml_name(args.cache_type_v), prompt_kv=args.prompt_kv,
                                             chat_template=_chat_template(args),
-                                            n_predict=args.n_predict,
+                                            n_predict=args.n_predict, seed=_seed(args.seed),
                                             reasoning_format=args.reasoning_format, reasoning=args.reasoning,
                                             reasoning_budget=_reasoning_budget(args.reasoning_budget),
                                             reasoning_budget_message=args.reasoning_budget_message,

@@ -23,7 +23,7 @@ def gen_options(body, defaults, nctx, default_max):
         top_p=_get(body, "top_p", 0.0), min_p=_get(body, "min_p", 0.0),
         repetition_penalty=_get(body, "repetition_penalty", 1.0),
         presence_penalty=_get(body, "presence_penalty", 0.0),
-        frequency_penalty=_get(body, "frequency_penalty", 0.0), seed=_get(body, "seed", 0),
+        frequency_penalty=_get(body, "frequency_penalty", 0.0), seed=_get(body, "seed", defaults.seed),
         logit_bias=llama_fields.logit_bias(body))
     for name, value in llama_fields.sampling_fields(body).items():
         setattr(sampling, name, value)

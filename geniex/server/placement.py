@@ -51,6 +51,7 @@ class Defaults:
     cache_ram: int = DEFAULT_CACHE_RAM   # bytes of conversations kept in host memory (--cache-ram; 0: none)
     parallel: int = DEFAULT_PARALLEL     # answers a model runs at once (--parallel): its slots
     n_predict: int | None = None     # answer length when a request sets none (None: the route's default)
+    seed: int = 0                    # a sampled answer's seed when a request sets none (--seed; 0: random)
     reasoning_format: str = "auto"   # a chat request's reasoning_format when it sets none (--reasoning-format)
     reasoning: str = "auto"          # enable_thinking when a request sets none (--reasoning on/off; auto: the template's)
     reasoning_budget: int = -1       # thinking_budget_tokens when a request sets none (--reasoning-budget)

@@ -26,3 +26,18 @@ def test_no_webui_serves_no_page_and_the_api_as_ever(tmp_path):
 def test_an_alias_without_a_model_is_refused_before_the_server_listens(cli):
     proc = cli("serve", "--host", "127.0.0.1:0", "--alias", "x", check_clean=False, timeout=60)
     assert proc.returncode != 0 and "--alias describes the default model: give --model too" in proc.stderr
+
+
+def test_a_server_seed_makes_sampled_answers_repeat_and_props_shows_it(tmp_path):
+    from geniex.server.placement import Defaults
+    with AppServer(tmp_path / "data", parallel=1, defaults=Defaults(seed=42)) as s:
+        assert s.get("/props").json()["default_generation_settings"]["params"]["seed"] == 42
+        sampled = {**chat_body("Write a word.", max_tokens=12), "temperature": 1.5, "cache_prompt": False}
+        texts = [s.chat(body).json()["choices"][0]["message"]["content"]
+                 for body in (sampled, sampled, {**sampled, "seed": 42}, {**sampled, "seed": 7})]
+        assert texts[0] == texts[1] == texts[2] != texts[3]      # --seed is a request's seed 42
+
+
+def test_serve_refuses_a_seed_out_of_range(cli):
+    proc = cli("serve", "--host", "127.0.0.1:0", "--seed", "0", check_clean=False, timeout=60)
+    assert proc.returncode != 0 and "--seed 0: expected -1 (random)" in proc.stderr

@@ -44,7 +44,8 @@ SUITE_NEEDS = ("wget", "filelock")
 VALUED = {"--host": "--host", "--port": "--port", "--api-key": "--api-key", "--cors-origins": "--origins",
           "--n-predict": "--n-predict", "-n": "--n-predict", "--chat-template": "--chat-template",
           "--chat-template-file": "--chat-template-file", "--alias": "--alias", "-a": "--alias",
-          "--tags": "--tags", "--reasoning": "--reasoning", "--reasoning-format": "--reasoning-format"}
+          "--tags": "--tags", "--reasoning": "--reasoning", "--reasoning-format": "--reasoning-format",
+          "--seed": "--seed", "-s": "--seed"}
 SWITCHES = {"--metrics": "--metrics", "--no-slots": "--no-slots", "--no-webui": "--no-webui", "--no-ui": "--no-ui"}
 # llama-server switches that take no value (everything else starting with - takes one).
 NO_VALUE = {"--offline", "--cont-batching", "--embedding", "--embeddings", "--reranking", "--kv-unified",

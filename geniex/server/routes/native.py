@@ -174,7 +174,7 @@ def props():
     return jsonify({
         "default_generation_settings": {
             "id": 0, "n_ctx": n_ctx, "speculative": bool(model.get("speculative")), "is_processing": a.cache.busy,
-            "params": {"n_predict": CHAT_MAX_TOKENS, "seed": 0, "temperature": 0.0, "top_k": 0, "top_p": 0.0,
+            "params": {"n_predict": CHAT_MAX_TOKENS, "seed": a.defaults.seed, "temperature": 0.0, "top_k": 0, "top_p": 0.0,
                        "min_p": 0.0, "repeat_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
                        "stop": []},
         },
