@@ -9,7 +9,8 @@ A local server is reachable by every web page the user opens, so by default:
 - **Origin**: a browser request from another origin (its ``Origin`` header names a
   site other than this server) is refused unless that origin is listed in
   ``--origins``, so a page cannot post even the "simple" requests CORS lets through
-  without a preflight. CORS headers are sent only for listed origins (none by default).
+  without a preflight. CORS headers are sent only for listed origins (none by default);
+  a preflight from another origin gets a 200 without them (the browser's refusal).
 - **API key** (``--api-key`` / ``GENIEX_API_KEY``): every request but the open pages
   must carry ``Authorization: Bearer <key>`` or ``X-Api-Key: <key>`` (Anthropic's
   header; compared in constant time); 401 ``authentication_error`` otherwise. Several
@@ -22,7 +23,7 @@ import hmac
 import ipaddress
 from urllib.parse import urlsplit
 
-from flask import g, request
+from flask import Response, g, request
 
 from geniex.server.validation import ApiError
 
@@ -101,6 +102,10 @@ class Guard:
                            "with --allowed-hosts NAME", code="host_not_allowed")
         origin = request.headers.get("Origin")
         if origin is not None and not self.origin_allowed(origin):
+            if request.method == "OPTIONS":
+                # A preflight is answered as llama-server answers it: 200 without CORS
+                # headers, which the browser takes as a refusal (nothing is sent after it).
+                return Response(status=200)
             raise ApiError(403, f"requests from the web page origin {origin!r} are not allowed; start the "
                            "server with --origins to allow it", code="origin_not_allowed")
         if request.method == "OPTIONS" or not self.keys or self._open(request.path):
