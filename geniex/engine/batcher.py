@@ -53,7 +53,8 @@ class Batcher:
         self._busy = set()                       # slots in an answer
         self._waiting = {}                       # slot -> its Batch, handed over for the next decode
         self._offsets = {}                       # slot -> its first row in the last decode
-        self._rows = {}                          # slot -> its rows in the last decode it joined
+        self._last = {}                          # slot -> its rows, of the last decode
+        self._last_rows = 0                      # rows of the last decode
         self._errors = {}
         self._scheduled = False                  # a decode was handed to the thread and has not run
         self._closed = False
@@ -84,12 +85,13 @@ class Batcher:
             return len(self._busy)
 
     def company(self, seq):
-        """``(rows, slots)``: what the other slots in an answer put in their last decodes,
-        what slot ``seq``'s next decode is likely to share (its draft policy prices a
-        verify row at what the whole decode costs)."""
-        with self._cond:
-            others = self._busy - {seq}
-            return sum(self._rows.get(s, 1) for s in others), len(others)
+        """``(rows, slots)``: what the other slots put in the last decode, what slot
+        ``seq``'s next decode is likely to share (its draft policy prices a verify row at
+        what the whole decode costs). Asked at every step: read without the lock and
+        without allocating (an estimate; a decode running meanwhile changes it anyway)."""
+        last, rows = self._last, self._last_rows
+        own = last.get(seq)
+        return (rows, len(last)) if own is None else (rows - own, len(last) - 1)
 
     @contextlib.contextmanager
     def aside(self, seq):
@@ -181,9 +183,10 @@ class Batcher:
                     group._seq_ptrs[i] = ptr
                     self._row_seq[i] = seq
             self._offsets[seq] = rows
-            self._rows[seq] = n
             rows += n
         group.struct.n_tokens = rows
+        self._last = {seq: waiting[seq].struct.n_tokens for seq in order}
+        self._last_rows = rows
         error = None
         try:
             with self.lock:

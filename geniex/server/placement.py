@@ -225,7 +225,8 @@ class Placer:
         shown = ",".join(ours.types) or "none"
         raise ApiError(400, f"{differing.request}: {FIXED}: its speculative setup is spec_type {shown}"
                        f"{' with ' + ours.draft_model if ours.draft_model else ''}; leave spec_type and "
-                       "spec_draft_model out, or send the server's (the other spec_* fields are any answer's)", param=differing.request, code="load_settings_fixed")
+                       "spec_draft_model out, or send the server's (the other spec_* fields are any answer's)",
+                       param=differing.request, code="load_settings_fixed")
 
     def _sized(self, body, target):
         """The context size, checked against the model's trained context and the memory

@@ -8,7 +8,7 @@ import mimetypes
 from pathlib import Path
 
 import flask_swagger_ui
-from flask import Blueprint, Response, abort, current_app, jsonify, redirect, url_for
+from flask import Blueprint, Response, abort, current_app, jsonify, redirect, request, url_for
 
 from geniex.server import openapi
 
@@ -51,7 +51,6 @@ PAGE = """<!doctype html>
 def _webui_off():
     """``serve --no-webui``: the page and its files are not served (the API and
     ``/openapi.json`` are)."""
-    from flask import request
     if not current_app.config["GENIEX"].webui and (request.path == "/" or request.path.startswith("/docs/")):
         abort(404)
 
