@@ -201,6 +201,7 @@ class Session:
         options = self.options
         self.drafter = None
         self.own_drafters = {}          # n-gram drafters made for requests' own setups (per_answer)
+        self.own_policy = None          # the auto policy of requests asking for it on a fixed load
         self.spec_notes = []
         self._slot_drafters = [None] * len(self._views)
         if not options.spec.enabled:
@@ -420,11 +421,16 @@ class Session:
                                   self.own_drafters)
 
     def _policy_for(self, wanted):
-        """The draft policy of an answer whose request asks for ``wanted`` ("auto", "fixed")."""
+        """The draft policy of an answer whose request asks for ``wanted`` ("auto", "fixed").
+        A session loaded with a fixed policy (or none) keeps it for the answers that ask
+        for nothing: "auto" gets an auto policy of its own, made on first use."""
         if wanted == "fixed":
             return loop.FIXED
-        self._prediction_policy(force=True)
-        return self.policy
+        if not isinstance(self.policy, policy.FixedPolicy):
+            return self.policy
+        if self.own_policy is None:
+            self.own_policy = self._gain_policy()
+        return self.own_policy
 
     def _with_prediction(self, drafter, text):
         """``drafter`` preceded by drafts from the request's predicted output (OpenAI's
@@ -443,14 +449,17 @@ class Session:
         own = PredictionDrafter(tokens)
         return own if drafter is NO_DRAFTER else DrafterChain([own, drafter])
 
-    def _prediction_policy(self, force=False):
+    def _prediction_policy(self):
         """A session without drafters drafts by a fixed policy (it never drafts); a
-        prediction (or, with ``force``, a request asking for the auto policy) gets the
-        draft policy an auto session has, on this model's verify cost curve, made on
-        first use: a whole 16-token draft verified every step costs more than it saves
-        where the prediction and the answer part."""
-        if not isinstance(self.policy, policy.FixedPolicy) or (not force and self.options.spec.policy != "auto"):
+        prediction gets the draft policy an auto session has, on this model's verify
+        cost curve, made on first use: a whole 16-token draft verified every step costs
+        more than it saves where the prediction and the answer part."""
+        if not isinstance(self.policy, policy.FixedPolicy) or self.options.spec.policy != "auto":
             return
+        self.policy = self._gain_policy()
+
+    def _gain_policy(self):
+        """An auto draft policy on this model's verify cost curve, measured now."""
         governor, self.ctx.governor = self.ctx.governor, None     # calibrating sets threads itself
         # Measuring decodes on (and empties) the context, which may hold a conversation
         # the next prompt reuses: keep its state aside and put it back.
@@ -461,7 +470,7 @@ class Session:
             self.ctx.governor = governor
             if state is not None and not self.ctx.load_state(state):
                 self.kv.reset()
-        self.policy = policy.GainPolicy(costs, one_row)
+        return policy.GainPolicy(costs, one_row)
 
     def compute(self, fn, *args):
         """``fn(*args)`` where this session's library work runs: with slots, on their

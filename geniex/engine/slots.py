@@ -45,6 +45,7 @@ class Slot:
         self.batch = Batch(n_batch)
         self.drafter = drafter
         self.own_drafters = {}          # n-gram drafters made for requests' own setups (per_answer)
+        self.own_policy = None          # the auto policy of requests asking for it on a fixed load
         self.policy = policy
         self.busy = False
         self.settling = False           # reading its last answer after it (ReadHistory.catch_up)
@@ -288,18 +289,23 @@ class SlotSession:
         return getattr(self._session, name)
 
     policy = _on_slot("policy")
+    own_policy = _on_slot("own_policy")
     kv_owner = _on_slot("kv_owner")
 
     @property
     def speculative(self):
         return self.drafter is not None
 
-    def _prediction_policy(self, force=False):
+    def _prediction_policy(self):
+        if isinstance(self.slot.policy, policies.FixedPolicy) and self._session.options.spec.policy == "auto":
+            self.slot.policy = self._gain_policy()
+
+    def _gain_policy(self):
         # A slot never calibrates on the shared context: the session measured its verify
         # costs at load.
-        if isinstance(self.slot.policy, policies.FixedPolicy) and (force or self._session.options.spec.policy == "auto"):
-            self.slot.policy = policies.GainPolicy(*self._session.verify_costs)
-            self.slot.policy.company = functools.partial(self._session.batcher.company, self.slot.seq)
+        made = policies.GainPolicy(*self._session.verify_costs)
+        made.company = functools.partial(self._session.batcher.company, self.slot.seq)
+        return made
 
     def seat(self, tokens, owner, reuse, what=""):
         return contextlib.nullcontext(self)

@@ -18,7 +18,7 @@ from geniex.speculative.options import SpecOptions
 from geniex.engine.sampling import SamplingParams
 from geniex.speculative.drafters.base import Draft, Drafter
 from geniex.speculative.options import FALLBACK
-from geniex.speculative.policy import FixedPolicy
+from geniex.speculative.policy import FixedPolicy, GainPolicy
 
 REPEAT = ("Repeat the following text exactly:\nThe quick brown fox jumps over the lazy dog. "
           "The quick brown fox jumps over the lazy dog again.")
@@ -281,6 +281,21 @@ def test_draft_simple_drafting_for_itself_accepts_everything(short_bench, refere
         # its cells shape guesses only.
         assert s.drafter.ctx.n_batch == min(512, s.drafter.ctx.n_ctx)
         assert s.drafter.ctx.type_k == s.drafter.ctx.type_v == cache_types.F16
+
+
+def test_a_requests_own_auto_policy_leaves_the_loaded_policy_as_it_was(plain, reference):
+    """A session loaded without drafters (so with the fixed policy) answers a request's own
+    ``auto`` n-gram setup by an auto policy of its own, made once; the loaded policy, which
+    the answers that ask for nothing draft by, is not replaced."""
+    tokens = Conversation(plain).prompt_tokens([{"role": "user", "content": REPEAT}])
+    for _ in range(2):
+        gen = plain.generate(tokens, GenOptions(max_tokens=120, sampling=GREEDY),
+                             spec=SpecOptions(types=("ngram-mod",), policy="auto"))
+        gen.run()
+        assert gen.tokens == reference(REPEAT, GREEDY)[0] and gen.stats.drafted > 0
+        made = plain.own_policy
+        assert isinstance(made, GainPolicy) and isinstance(plain.policy, FixedPolicy)
+    assert plain.own_policy is made
 
 
 def test_ngram_mod_drafts_and_accepts_on_a_quoting_prompt(short_bench, reference):
